@@ -1,0 +1,59 @@
+"""The Redis contract: every key gpulse reads or writes (see DESIGN.md)."""
+
+import os
+
+DEFAULT_PREFIX = "gpulse:"
+
+
+class Keys:
+    """Key names under one prefix, so several installations can share a Redis."""
+
+    def __init__(self, prefix: str | None = None):
+        self.prefix = prefix if prefix is not None else os.environ.get("GPULSE_REDIS_PREFIX", DEFAULT_PREFIX)
+
+    @property
+    def telemetry(self) -> str:
+        return f"{self.prefix}telemetry"
+
+    @property
+    def probes(self) -> str:
+        return f"{self.prefix}probes"
+
+    def node(self, name: str) -> str:
+        return f"{self.prefix}node:{name}"
+
+    @property
+    def node_pattern(self) -> str:
+        return f"{self.prefix}node:*"
+
+    def node_name_from_key(self, key: str) -> str:
+        return key[len(self.prefix) + len("node:"):]
+
+    def job_events(self, job_id) -> str:
+        return f"{self.prefix}job:{job_id}:events"
+
+    @property
+    def ingest_heartbeat(self) -> str:
+        return f"{self.prefix}ingest:heartbeat"
+
+    @property
+    def simulator_faults(self) -> str:
+        return f"{self.prefix}simulator:faults"
+
+
+# Consumer group of the ingest process on the telemetry stream.
+INGEST_GROUP = "ingest"
+
+# Stream length cap: about ten minutes of a 1,000-node cluster at 1 Hz.
+TELEMETRY_MAXLEN = 600_000
+PROBES_MAXLEN = 100_000
+JOB_EVENTS_MAXLEN = 10_000
+
+
+def node_ttl(interval: float) -> int:
+    """Seconds a node's latest key lives: about three intervals, at least 3 s.
+
+    Its expiry is how a dead node is noticed (DESIGN.md), so it must outlast
+    ordinary jitter but not much more.
+    """
+    return max(3, round(3 * interval))
