@@ -24,6 +24,8 @@ INSTALLED_APPS = [
     "channels",
     "dashboard.accounts",
     "dashboard.live",
+    "dashboard.benchmarks",
+    "dashboard.alerts",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,47 @@
+"""The Celery application shared by node workers and the control worker.
+
+It imports nothing from Django: node workers on GPU nodes run tasks that touch
+no database. The control worker (dashboard/control_worker.py) sets Django up
+and registers the database tasks on this same app.
+"""
+
+import os
+
+from celery import Celery
+from kombu import Queue
+
+from gpulse.keys import Keys
+
+CONTROL_QUEUE = "control"
+
+
+def node_queue(node: str) -> str:
+    return f"node.{node}"
+
+
+# Seconds a reserved, unacknowledged task stays invisible to other workers.
+# Every task's hard time limit must stay below it, or a slow task would be
+# delivered twice while the first copy still runs.
+VISIBILITY_TIMEOUT = 3600
+BENCHMARK_HARD_LIMIT = 1800
+
+app = Celery("gpulse", broker=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+app.conf.update(
+    task_default_queue=CONTROL_QUEUE,
+    task_queues=[Queue(CONTROL_QUEUE)],
+    task_acks_late=True,
+    task_reject_on_worker_lost=False,
+    worker_prefetch_multiplier=1,
+    task_time_limit=BENCHMARK_HARD_LIMIT,
+    task_soft_time_limit=BENCHMARK_HARD_LIMIT - 60,
+    broker_transport_options={
+        "visibility_timeout": VISIBILITY_TIMEOUT,
+        "global_keyprefix": Keys().prefix + "celery:",
+    },
+    broker_connection_retry_on_startup=True,
+    task_serializer="json",
+    accept_content=["json"],
+    result_backend=None,
+    task_ignore_result=True,
+    worker_hijack_root_logger=False,
+)
