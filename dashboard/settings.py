@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import dj_database_url
+import plotly
 
 from dashboard.env import env_bool, env_float, env_list, env_str
 
@@ -89,21 +90,22 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    # Plotly.js from the installed plotly package: no CDN, clusters are often air-gapped.
+    ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
+]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
 REDIS_URL = env_str("REDIS_URL") or "redis://127.0.0.1:6379/0"
 GPULSE_REDIS_PREFIX = env_str("GPULSE_REDIS_PREFIX", "gpulse:")
 
+# Pub/sub layer: ingest publishes one frame per tick to a group, and Redis
+# fans it out once per web process instead of once per browser.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {
-            "hosts": [REDIS_URL],
-            "prefix": f"{GPULSE_REDIS_PREFIX}asgi",
-            "capacity": 200,
-            "expiry": 10,
-        },
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{GPULSE_REDIS_PREFIX}asgi"},
     }
 }
 

@@ -4,5 +4,7 @@ from django.urls import include, path
 urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
+    path("alerts/", include("dashboard.alerts.urls")),
+    path("benchmarks/", include("dashboard.benchmarks.urls")),
     path("", include("dashboard.live.urls")),
 ]

@@ -33,6 +33,20 @@ class Keys:
         return f"{self.prefix}job:{job_id}:events"
 
     @property
+    def known_nodes(self) -> str:
+        """Hash node -> {"ts", "interval"} of its last sample: remembers down nodes."""
+        return f"{self.prefix}nodes"
+
+    def recent(self, name: str) -> str:
+        """List of the node's compact recent points, newest first (live charts' backfill)."""
+        return f"{self.prefix}recent:{name}"
+
+    @property
+    def snapshot(self) -> str:
+        """The whole cluster as one snapshot frame, rewritten every ingest tick."""
+        return f"{self.prefix}frame:snapshot"
+
+    @property
     def ingest_heartbeat(self) -> str:
         return f"{self.prefix}ingest:heartbeat"
 
@@ -48,6 +62,8 @@ INGEST_GROUP = "ingest"
 TELEMETRY_MAXLEN = 600_000
 PROBES_MAXLEN = 100_000
 JOB_EVENTS_MAXLEN = 10_000
+# Points kept per node for the live charts: 15 minutes at 1 Hz.
+RECENT_POINTS = 900
 
 
 def node_ttl(interval: float) -> int:

@@ -1,25 +1,15 @@
-"""Real parts for the suite: one private redis-server per test session."""
-
-import os
+"""Real parts for the suite: the session's redis-server (tests/redis_session.py)."""
 
 import pytest
 import redis
 
 from gpulse.redis_server import EmbeddedRedis
-
-# Settings read REDIS_URL at import; start the server before Django loads them.
-_server = EmbeddedRedis().start()
-os.environ["REDIS_URL"] = _server.url
-os.environ.setdefault("GPULSE_REDIS_PREFIX", "gpulse:")
-
-
-def pytest_unconfigure(config):
-    _server.stop()
+from tests import redis_session
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> EmbeddedRedis:
-    return _server
+    return redis_session.server
 
 
 @pytest.fixture

@@ -1,0 +1,61 @@
+"""Read the cluster's latest state from Redis, for the API, /metrics and pages."""
+
+import time
+
+import orjson
+import redis
+from django.conf import settings
+
+from dashboard.live.state import DOWN, node_status
+from gpulse.keys import Keys
+
+_client = None
+
+
+def redis_client() -> redis.Redis:
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
+    return _client
+
+
+def node_view(name: str, raw: bytes | None, seen: dict | None, now: float) -> dict:
+    """One node as the API shows it; a down node carries no GPU values."""
+    if raw is None:
+        return {"node": name, "status": DOWN, "ts": seen["ts"] if seen else None, "gpus": []}
+    sample = orjson.loads(raw)
+    return {
+        "node": name,
+        "status": node_status(sample["ts"], sample["interval"], now),
+        "ts": sample["ts"],
+        "interval": sample["interval"],
+        "gpus": sample["gpus"],
+        "host": sample.get("host"),
+    }
+
+
+def read_cluster() -> list[dict]:
+    keys = Keys()
+    client = redis_client()
+    known = {name.decode(): orjson.loads(value) for name, value in client.hgetall(keys.known_nodes).items()}
+    names = sorted(known)
+    latest = client.mget([keys.node(name) for name in names]) if names else []
+    now = time.time()
+    return [node_view(name, raw, known[name], now) for name, raw in zip(names, latest)]
+
+
+def read_node(name: str) -> dict | None:
+    """Return the node, or None if gpulse has never heard of it."""
+    keys = Keys()
+    client = redis_client()
+    raw = client.get(keys.node(name))
+    seen = client.hget(keys.known_nodes, name)
+    if raw is None and seen is None:
+        return None
+    return node_view(name, raw, orjson.loads(seen) if seen else None, time.time())
+
+
+def read_recent(name: str) -> list:
+    """Return the node's recent compact points, oldest first."""
+    points = redis_client().lrange(Keys().recent(name), 0, -1)
+    return [orjson.loads(point) for point in reversed(points)]

@@ -1,0 +1,90 @@
+"""Websockets: the whole cluster (/ws/cluster/) and one node (/ws/nodes/<name>/)."""
+
+import asyncio
+import logging
+import time
+
+import orjson
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from dashboard.live.publish import CLUSTER_GROUP
+from dashboard.live.redis_async import get_client
+from dashboard.live.state import DOWN, node_status
+from gpulse.keys import Keys
+
+log = logging.getLogger(__name__)
+
+# Close codes in the 4000 range are ours; browsers show them in the console.
+CLOSE_UNAUTHENTICATED = 4401
+EMPTY_SNAPSHOT = orjson.dumps({"type": "snapshot", "seq": 0, "nodes": {}, "summary": {}}).decode()
+
+
+class AuthenticatedConsumer(AsyncWebsocketConsumer):
+    async def connect(self):
+        if not self.scope["user"].is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        await self.start()
+
+    async def start(self):
+        raise NotImplementedError
+
+
+class ClusterConsumer(AuthenticatedConsumer):
+    """Send the snapshot on connect, then relay ingest's one delta frame per tick."""
+
+    async def start(self):
+        await self.channel_layer.group_add(CLUSTER_GROUP, self.channel_name)
+        await self.accept()
+        # Joined before reading the snapshot: a delta that overtakes it carries a
+        # seq the browser compares, so nothing between the two is lost.
+        try:
+            snapshot = await get_client().get(Keys().snapshot)
+        except Exception as exc:
+            log.warning("no snapshot for a new browser: %s", exc)
+            snapshot = None
+        await self.send(text_data=snapshot.decode() if snapshot else EMPTY_SNAPSHOT)
+
+    async def disconnect(self, code):
+        await self.channel_layer.group_discard(CLUSTER_GROUP, self.channel_name)
+
+    async def cluster_frame(self, event):
+        await self.send(text_data=event["text"])
+
+
+class NodeConsumer(AuthenticatedConsumer):
+    """Send the node's full latest sample (processes included) whenever it changes."""
+
+    poll_seconds = 0.5
+
+    async def start(self):
+        self.node = self.scope["url_route"]["kwargs"]["name"]
+        await self.accept()
+        self.task = asyncio.create_task(self.follow())
+
+    async def disconnect(self, code):
+        task = getattr(self, "task", None)
+        if task:
+            task.cancel()
+
+    async def follow(self):
+        keys = Keys()
+        last = None
+        while True:
+            try:
+                raw = await get_client().get(keys.node(self.node))
+                message = self.describe(raw)
+            except Exception as exc:
+                message = {"type": "node", "node": self.node, "status": "unknown", "error": f"Redis unreachable: {exc}"}
+            fingerprint = (message.get("status"), message.get("ts"))
+            if fingerprint != last:
+                last = fingerprint
+                await self.send(text_data=orjson.dumps(message).decode())
+            await asyncio.sleep(self.poll_seconds)
+
+    def describe(self, raw: bytes | None) -> dict:
+        if raw is None:
+            return {"type": "node", "node": self.node, "status": DOWN, "ts": None, "sample": None}
+        sample = orjson.loads(raw)
+        status = node_status(sample["ts"], sample["interval"], time.time())
+        return {"type": "node", "node": self.node, "status": status, "ts": sample["ts"], "sample": sample}

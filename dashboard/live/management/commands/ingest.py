@@ -1,0 +1,43 @@
+import logging
+import signal
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from dashboard.live.ingest import Ingest
+from dashboard.live.publish import FramePublisher
+from dashboard.live.summary import cluster_summary
+
+log = logging.getLogger("gpulse.ingest")
+
+
+class Command(BaseCommand):
+    help = "Consume the telemetry stream: live frames to browsers, alert evaluation, minute rollups."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--tick", type=float, default=settings.GPULSE_TICK, help="seconds between frames")
+        parser.add_argument("--consumer", help="consumer name in the group (default host-pid)")
+
+    def handle(self, tick, consumer, **options):
+        from dashboard.alerts.evaluate import AlertEvaluator
+
+        stopping = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stopping.append(True))
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
+        publisher = FramePublisher()
+        ingest = Ingest(
+            client,
+            publisher.publish,
+            tick=tick,
+            evaluator=AlertEvaluator(),
+            summary=cluster_summary,
+            consumer=consumer,
+        )
+        log.info("ingest %s reading %s every %.1f s", ingest.consumer, ingest.keys.telemetry, tick)
+        try:
+            ingest.run(lambda: bool(stopping))
+        finally:
+            publisher.close()
+        log.info("ingest stopped after %d samples (%d malformed)", ingest.processed, ingest.malformed)

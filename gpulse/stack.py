@@ -1,0 +1,148 @@
+"""Start and stop the whole system as child processes: the demo and the system tests.
+
+Redis (embedded unless REDIS_URL is given), the database migrations, the
+web server, ingest, the control worker, one node worker per simulated node
+and a simulated fleet — every process stopped again by stop().
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from gpulse.redis_server import EmbeddedRedis
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sim_node_names(nodes: int) -> list[str]:
+    """Names the simulated fleet gives its nodes (collectors.simulated uses the same rule)."""
+    width = max(2, len(str(nodes)))
+    return [f"sim-{i:0{width}d}" for i in range(1, nodes + 1)]
+
+
+class Stack:
+    def __init__(
+        self,
+        port: int,
+        state_dir: Path,
+        redis_url: str | None = None,
+        database_url: str | None = None,
+        sim_nodes: int = 4,
+        sim_gpus: int = 8,
+        interval: float = 1.0,
+        node_workers: bool = True,
+        extra_env: dict | None = None,
+        quiet: bool = False,
+    ):
+        self.port = port
+        self.state_dir = Path(state_dir)
+        self.redis_url = redis_url
+        self.database_url = database_url or f"sqlite:///{self.state_dir / 'db.sqlite3'}"
+        self.sim_nodes = sim_nodes
+        self.sim_gpus = sim_gpus
+        self.interval = interval
+        self.node_workers = node_workers
+        self.extra_env = extra_env or {}
+        self.quiet = quiet
+        self.redis: EmbeddedRedis | None = None
+        self.processes: list[tuple[str, subprocess.Popen]] = []
+        self.admin_line = ""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env.update(
+            REDIS_URL=self.redis_url,
+            DATABASE_URL=self.database_url,
+            DJANGO_SETTINGS_MODULE="dashboard.settings",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stderr.strip()}")
+        return done.stdout.strip()
+
+    def spawn(self, name: str, *command: str) -> None:
+        log = open(self.state_dir / f"{name}.log", "ab")
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.processes.append((name, process))
+
+    def start(self) -> "Stack":
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.redis_url is None:
+            self.redis = EmbeddedRedis(directory=str(self.state_dir / "redis")).start()
+            self.redis_url = self.redis.url
+        self.manage("migrate", "--noinput")
+        self.admin_line = self.manage("ensure_admin")
+        py = sys.executable
+        self.spawn(
+            "web", py, "-m", "uvicorn", "dashboard.asgi:application",
+            "--host", "127.0.0.1", "--port", str(self.port), "--lifespan", "off", "--no-access-log",
+        )
+        self.spawn("ingest", py, "manage.py", "ingest")
+        self.spawn(
+            "control-worker", py, "-m", "celery", "-A", "dashboard.control_worker", "worker",
+            "-Q", "control", "-n", f"control-{self.port}@%h", "--pool", "threads", "--concurrency", "4",
+            "--without-gossip", "--without-mingle", "-l", "INFO",
+        )
+        if self.node_workers:
+            for node in sim_node_names(self.sim_nodes):
+                self.spawn(
+                    f"worker-{node}", py, "-m", "celery", "-A", "workers.node_worker", "worker",
+                    "-Q", f"node.{node}", "-n", f"{node}-{self.port}@%h", "--pool", "solo",
+                    "--without-gossip", "--without-mingle", "-l", "INFO",
+                )
+        self.spawn(
+            "collector", py, "-m", "collectors", "--source", "simulated", "--redis-url", self.redis_url,
+            "--nodes", str(self.sim_nodes), "--gpus-per-node", str(self.sim_gpus), "--interval", str(self.interval),
+        )
+        self.wait_for_web()
+        return self
+
+    def wait_for_web(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, process in self.processes:
+                if process.poll() is not None:
+                    raise RuntimeError(f"{name} exited with code {process.returncode}; see {self.state_dir / name}.log")
+            try:
+                urllib.request.urlopen(self.url + "healthz", timeout=2)
+                return
+            except urllib.error.HTTPError:
+                return  # 503 while ingest warms up still means the web server answers
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"the web server did not answer on {self.url} within {timeout:.0f} s")
+
+    def stop(self) -> None:
+        for _name, process in reversed(self.processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for _name, process in reversed(self.processes):
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.processes.clear()
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None

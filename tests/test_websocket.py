@@ -1,0 +1,88 @@
+import asyncio
+
+import orjson
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from dashboard.asgi import application
+from dashboard.live.ingest import Ingest
+from dashboard.live.publish import FramePublisher
+from gpulse import schema
+from gpulse.keys import Keys
+from tests.samples import sample
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def session_cookie(db):
+    user = get_user_model().objects.create_user("alice", password="pw-alice-123")
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def headers(cookie=None, origin="http://localhost"):
+    result = [(b"origin", origin.encode()), (b"host", b"localhost")]
+    if cookie:
+        result.append((b"cookie", f"sessionid={cookie}".encode()))
+    return result
+
+
+async def test_an_unauthenticated_websocket_is_closed(redis_client):
+    communicator = WebsocketCommunicator(application, "/ws/cluster/", headers=headers())
+    connected, code = await communicator.connect()
+    assert not connected and code == 4401
+    await communicator.disconnect()
+
+
+async def test_a_foreign_origin_is_refused(redis_client, session_cookie):
+    communicator = WebsocketCommunicator(application, "/ws/cluster/", headers=headers(session_cookie, "https://evil.example"))
+    connected, _ = await communicator.connect()
+    assert not connected
+    await communicator.disconnect()
+
+
+async def test_a_browser_gets_the_snapshot_then_one_delta_per_tick(redis_client, session_cookie):
+    publisher = FramePublisher()
+    ingest = Ingest(redis_client, publisher.publish)
+    try:
+        redis_client.xadd(Keys().telemetry, {"s": schema.encode(sample("n1"))})
+        await asyncio.to_thread(ingest.read, 10)
+        await asyncio.to_thread(ingest.emit, ingest.clock())
+
+        communicator = WebsocketCommunicator(application, "/ws/cluster/", headers=headers(session_cookie))
+        connected, _ = await communicator.connect()
+        assert connected
+        snapshot = orjson.loads(await communicator.receive_from(timeout=5))
+        assert snapshot["type"] == "snapshot" and set(snapshot["nodes"]) == {"n1"}
+
+        for n in range(20):
+            redis_client.xadd(Keys().telemetry, {"s": schema.encode(sample(f"m{n}"))})
+        await asyncio.to_thread(ingest.read, 10)
+        await asyncio.to_thread(ingest.emit, ingest.clock())
+        delta = orjson.loads(await communicator.receive_from(timeout=5))
+        assert delta["type"] == "delta" and delta["seq"] > snapshot["seq"]
+        assert len(delta["nodes"]) == 20
+        assert await communicator.receive_nothing(timeout=0.3)  # 20 samples, one frame
+        await communicator.disconnect()
+    finally:
+        publisher.close()
+
+
+async def test_the_node_socket_sends_the_full_sample_and_status(redis_client, session_cookie):
+    s = sample("n1", gpus=2)
+    s["gpus"][0]["processes"] = [{"pid": 42, "name": "python", "user": "alice", "mem_used": 1 << 30}]
+    redis_client.set(Keys().node("n1"), schema.encode(s))
+    communicator = WebsocketCommunicator(application, "/ws/nodes/n1/", headers=headers(session_cookie))
+    connected, _ = await communicator.connect()
+    assert connected
+    message = orjson.loads(await communicator.receive_from(timeout=5))
+    assert message["status"] == "up"
+    assert message["sample"]["gpus"][0]["processes"][0]["pid"] == 42
+    redis_client.delete(Keys().node("n1"))
+    message = orjson.loads(await communicator.receive_from(timeout=5))
+    assert message["status"] == "down" and message["sample"] is None
+    await communicator.disconnect()
