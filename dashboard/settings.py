@@ -114,6 +114,12 @@ GPULSE_TICK = env_float("GPULSE_TICK", 1.0)
 # Seconds of ingest lag past which /healthz reports ingest as failing.
 GPULSE_INGEST_MAX_LAG = env_float("GPULSE_INGEST_MAX_LAG", 10.0)
 
+# Benchmarks: where ranks meet (default: the job's first node, by name), the
+# port range to pick from, and the launch rate per user ("count/seconds").
+GPULSE_RENDEZVOUS_ADDR = env_str("GPULSE_RENDEZVOUS_ADDR", "")
+GPULSE_RENDEZVOUS_PORTS = tuple(int(p) for p in env_str("GPULSE_RENDEZVOUS_PORTS", "29500-29999").split("-"))
+GPULSE_BENCHMARK_RATE = env_str("GPULSE_BENCHMARK_RATE", "10/600")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -6,5 +6,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("alerts/", include("dashboard.alerts.urls")),
     path("benchmarks/", include("dashboard.benchmarks.urls")),
+    path("api/v1/", include("dashboard.benchmarks.api_urls")),
+    path("api/v1/", include("dashboard.alerts.api_urls")),
     path("", include("dashboard.live.urls")),
 ]

@@ -65,6 +65,8 @@ class Stack:
             DATABASE_URL=self.database_url,
             DJANGO_SETTINGS_MODULE="dashboard.settings",
             PYTHONUNBUFFERED="1",
+            # The simulated nodes all live on this machine: benchmark ranks meet on loopback.
+            GPULSE_RENDEZVOUS_ADDR="127.0.0.1",
         )
         env.update(self.extra_env)
         return env

@@ -46,9 +46,10 @@ class BenchmarkJob(models.Model):
     step_factor = models.PositiveSmallIntegerField(default=2)
     warmup_iters = models.PositiveSmallIntegerField(default=5)
     iters = models.PositiveSmallIntegerField(default=20)
-    check = models.BooleanField(default=True)
+    correctness_check = models.BooleanField(default=True)
     timeout_seconds = models.PositiveIntegerField(default=300)
 
+    rendezvous = models.CharField(max_length=300, blank=True, help_text="address:port of the ranks' store")
     result = models.JSONField(null=True, blank=True, help_text="rows, world size, versions as the engine reports them")
     avg_busbw = models.FloatField(null=True, blank=True, help_text="GB/s, nccl-tests' '# Avg bus bandwidth'")
     peak_busbw = models.FloatField(null=True, blank=True, help_text="GB/s at the largest message size")

@@ -5,4 +5,7 @@ from dashboard.benchmarks import views
 app_name = "benchmarks"
 urlpatterns = [
     path("", views.job_list, name="list"),
+    path("compare/", views.job_compare, name="compare"),
+    path("<int:pk>/", views.job_detail, name="detail"),
+    path("<int:pk>/cancel/", views.job_cancel, name="cancel"),
 ]

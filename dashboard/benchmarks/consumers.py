@@ -1,0 +1,34 @@
+"""/ws/benchmarks/<id>/: a job's progress rows as they arrive, then its final state."""
+
+import asyncio
+
+import orjson
+
+from dashboard.live.consumers import AuthenticatedConsumer
+from dashboard.live.redis_async import get_client
+from gpulse.keys import Keys
+
+
+class JobConsumer(AuthenticatedConsumer):
+    async def start(self):
+        self.job_id = int(self.scope["url_route"]["kwargs"]["pk"])
+        await self.accept()
+        self.task = asyncio.create_task(self.follow())
+
+    async def disconnect(self, code):
+        task = getattr(self, "task", None)
+        if task:
+            task.cancel()
+
+    async def follow(self):
+        stream = Keys().job_events(self.job_id)
+        after = "0-0"
+        while True:
+            reply = await get_client().xread({stream: after}, block=5000, count=1000)
+            for _key, entries in reply or ():
+                for entry_id, fields in entries:
+                    after = entry_id
+                    await self.send(text_data=fields[b"e"].decode())
+                    if orjson.loads(fields[b"e"])["kind"] == "final":
+                        await self.close()
+                        return

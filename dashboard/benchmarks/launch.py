@@ -1,0 +1,106 @@
+"""Validate a launch request (form or API) and queue the job, or say why not."""
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django import forms
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from dashboard.benchmarks.models import BenchmarkJob, JobStatus
+from dashboard.benchmarks.tasks import finish, start_job
+from dashboard.live.cluster import read_cluster
+from workers.allreduce import BACKENDS, DTYPES, SpecError, SweepSpec, parse_size
+from workers.celery_app import BENCHMARK_HARD_LIMIT
+
+# The job's limit must end before Celery's hard limit kills its tasks.
+MAX_TIMEOUT = BENCHMARK_HARD_LIMIT - 300
+
+
+class SizeField(forms.CharField):
+    def to_python(self, value):
+        value = super().to_python(value)
+        try:
+            return parse_size(value)
+        except SpecError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class LaunchForm(forms.Form):
+    nodes = forms.MultipleChoiceField(help_text="nodes to run on; ranks are numbered in this order")
+    ranks_per_node = forms.IntegerField(min_value=1, max_value=64, required=False, help_text="blank: one per GPU")
+    backend = forms.ChoiceField(choices=[(b, b) for b in BACKENDS], initial="auto")
+    dtype = forms.ChoiceField(choices=[(d, d) for d in DTYPES], initial="float32")
+    min_bytes = SizeField(initial="1K")
+    max_bytes = SizeField(initial="64M")
+    step_factor = forms.IntegerField(min_value=2, max_value=16, initial=2)
+    warmup_iters = forms.IntegerField(min_value=0, max_value=1000, initial=5)
+    iters = forms.IntegerField(min_value=1, max_value=10000, initial=20)
+    correctness_check = forms.BooleanField(required=False, initial=True, label="Check results (#wrong)")
+    timeout_seconds = forms.IntegerField(min_value=10, max_value=MAX_TIMEOUT, initial=300)
+
+    def __init__(self, *args, cluster: list[dict] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cluster = {n["node"]: n for n in (cluster if cluster is not None else read_cluster())}
+        self.fields["nodes"].choices = [(name, name) for name, n in self.cluster.items() if n["status"] == "up"]
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        if not data.get("ranks_per_node"):
+            gpus = min(len(self.cluster[name]["gpus"]) for name in data["nodes"])
+            data["ranks_per_node"] = max(gpus, 1)
+        try:
+            SweepSpec(
+                backend=data["backend"], dtype=data["dtype"], min_bytes=data["min_bytes"], max_bytes=data["max_bytes"],
+                factor=data["step_factor"], warmup=data["warmup_iters"], iters=data["iters"],
+                nnodes=len(data["nodes"]), ranks_per_node=data["ranks_per_node"], master_port=1,
+                timeout=data["timeout_seconds"],
+            )
+        except SpecError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return data
+
+
+@dataclass
+class Refusal:
+    status: int
+    message: str
+    retry_after: int | None = None
+
+
+def rate_limit() -> tuple[int, int]:
+    count, seconds = settings.GPULSE_BENCHMARK_RATE.split("/")
+    return int(count), int(seconds)
+
+
+def launch(user, data: dict) -> BenchmarkJob | Refusal:
+    """Create and queue the job, or refuse: 409 when nodes are busy, 429 past the rate."""
+    allowed, window = rate_limit()
+    now = timezone.now()
+    with transaction.atomic():
+        recent = BenchmarkJob.objects.filter(created_by=user, created__gte=now - dt.timedelta(seconds=window))
+        if recent.count() >= allowed:
+            oldest = recent.order_by("created").first().created
+            wait = int((oldest + dt.timedelta(seconds=window) - now).total_seconds()) + 1
+            return Refusal(429, f"at most {allowed} benchmarks per {window} s per user; try again in {wait} s", wait)
+        busy = sorted({n for job in BenchmarkJob.objects.active() for n in job.nodes} & set(data["nodes"]))
+        if busy:
+            return Refusal(409, f"{', '.join(busy)} already run a benchmark; wait for it to finish or cancel it")
+        job = BenchmarkJob.objects.create(created_by=user, **data)
+    transaction.on_commit(lambda: start_job.delay(job.pk))
+    return job
+
+
+def cancel(job: BenchmarkJob) -> bool:
+    """Cancel a queued or running job; return False if it had already ended."""
+    now = timezone.now()
+    if BenchmarkJob.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
+        status=JobStatus.CANCELLED, reason="cancelled before it started", finished=now
+    ):
+        return True
+    if not BenchmarkJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).exists():
+        return False
+    return finish(job, JobStatus.CANCELLED, "cancelled while running") == JobStatus.CANCELLED

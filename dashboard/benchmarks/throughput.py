@@ -1,0 +1,40 @@
+"""Job throughput for the overview and the benchmarks page."""
+
+import datetime as dt
+
+from django.db.models import Avg, Count, F, Q
+from django.utils import timezone
+
+from dashboard.benchmarks.models import BenchmarkJob, JobStatus
+
+
+def job_throughput(recent: int = 50) -> dict:
+    """Return the bandwidth recent jobs measured per node set (newest first, with
+    the previous run's figure as the trend), and the job counters."""
+    now = timezone.now()
+    hour_ago = now - dt.timedelta(hours=1)
+    counts = BenchmarkJob.objects.aggregate(
+        queued=Count("id", filter=Q(status=JobStatus.QUEUED)),
+        running=Count("id", filter=Q(status=JobStatus.RUNNING)),
+        completed_last_hour=Count("id", filter=Q(finished__gte=hour_ago) & ~Q(status=JobStatus.CANCELLED)),
+    )
+    duration = (
+        BenchmarkJob.objects.filter(status=JobStatus.SUCCEEDED, finished__gte=now - dt.timedelta(days=1))
+        .annotate(took=F("finished") - F("started"))
+        .aggregate(mean=Avg("took"))["mean"]
+    )
+    by_nodes: dict[str, dict] = {}
+    done = BenchmarkJob.objects.filter(status=JobStatus.SUCCEEDED, peak_busbw__isnull=False).order_by("-finished")
+    for job in done[:recent]:
+        key = ",".join(job.nodes)
+        entry = by_nodes.get(key)
+        if entry is None:
+            by_nodes[key] = {"nodes": key, "job": job.pk, "busbw": job.peak_busbw, "previous": None,
+                             "finished": job.finished.isoformat()}
+        elif entry["previous"] is None:
+            entry["previous"] = job.peak_busbw
+    return {
+        **counts,
+        "mean_duration_s": duration.total_seconds() if duration else None,
+        "bandwidth": list(by_nodes.values()),
+    }

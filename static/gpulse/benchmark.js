@@ -1,0 +1,93 @@
+// Benchmark detail (live rows over /ws/benchmarks/<id>/, busbw/algbw vs size)
+// and the compare view (busbw vs size of several jobs, overlaid).
+"use strict";
+
+const chartLayout = (title) => ({
+  title: {text: title},
+  xaxis: {title: {text: "message size (bytes)"}, type: "log"},
+  yaxis: {title: {text: "GB/s"}, rangemode: "tozero"},
+  margin: {t: 40, r: 20, b: 50, l: 60},
+  legend: {orientation: "h"},
+});
+
+function fmt(value, digits) {
+  return value === null || value === undefined ? "N/A" : Number(value).toFixed(digits);
+}
+
+// nccl-tests prints one line per size: out-of-place, then in-place.
+function pairRows(rows) {
+  const bySize = new Map();
+  for (const row of rows) {
+    const pair = bySize.get(row.size) || {};
+    pair[row.inplace ? "inplace" : "outofplace"] = row;
+    bySize.set(row.size, pair);
+  }
+  return [...bySize.entries()].sort((a, b) => a[0] - b[0]);
+}
+
+function renderTable(rows) {
+  const body = document.querySelector("#rows tbody");
+  body.replaceChildren();
+  for (const [size, pair] of pairRows(rows)) {
+    const first = pair.outofplace || pair.inplace;
+    const cells = [size, first.count, first.type, first.redop];
+    for (const row of [pair.outofplace, pair.inplace]) {
+      cells.push(row ? fmt(row.time_us, 1) : "", row ? fmt(row.algbw, 3) : "", row ? fmt(row.busbw, 3) : "",
+                 row ? (row.wrong === null ? "N/A" : row.wrong) : "");
+    }
+    const tr = document.createElement("tr");
+    cells.forEach((value, i) => {
+      const td = document.createElement("td");
+      td.textContent = value;
+      if (i !== 2 && i !== 3) td.className = "num";
+      if ((i === 7 || i === 11) && Number(value) > 0) td.classList.add("bad");
+      tr.appendChild(td);
+    });
+    body.appendChild(tr);
+  }
+}
+
+function renderChart(rows) {
+  const traces = [];
+  for (const [inplace, label] of [[false, "out-of-place"], [true, "in-place"]]) {
+    const mine = rows.filter((r) => r.inplace === inplace).sort((a, b) => a.size - b.size);
+    traces.push({x: mine.map((r) => r.size), y: mine.map((r) => r.busbw), name: `busbw ${label}`, mode: "lines+markers"});
+    traces.push({x: mine.map((r) => r.size), y: mine.map((r) => r.algbw), name: `algbw ${label}`,
+                 mode: "lines+markers", line: {dash: "dot"}});
+  }
+  Plotly.react("bandwidth-chart", traces, chartLayout("Bandwidth vs message size"), {displaylogo: false, responsive: true});
+}
+
+function followJob(job) {
+  const rows = (job.result && job.result.rows) || [];
+  const draw = () => { renderTable(rows); renderChart(rows); };
+  draw();
+  if (job.status !== "queued" && job.status !== "running") return;
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const socket = new WebSocket(`${scheme}://${location.host}/ws/benchmarks/${job.id}/`);
+  socket.onmessage = (message) => {
+    const event = JSON.parse(message.data);
+    if (event.kind === "row" && !rows.some((r) => r.size === event.row.size && r.inplace === event.row.inplace)) {
+      rows.push(event.row);
+      draw();
+      document.getElementById("job-status").textContent = "running";
+    } else if (event.kind === "final") {
+      // The recorded job holds the average, duration and versions: reload it.
+      setTimeout(() => location.reload(), 300);
+    }
+  };
+}
+
+function compareJobs(jobs) {
+  const traces = jobs.map((job) => {
+    const rows = job.result.rows.filter((r) => !r.inplace).sort((a, b) => a.size - b.size);
+    return {x: rows.map((r) => r.size), y: rows.map((r) => r.busbw), mode: "lines+markers",
+            name: `#${job.id} ${job.nodes.join(",")} ×${job.ranks_per_node} ${job.backend}`};
+  });
+  Plotly.react("compare-chart", traces, chartLayout("busbw (out-of-place) vs message size"), {displaylogo: false, responsive: true});
+}
+
+const jobData = document.getElementById("job-data");
+if (jobData) followJob(JSON.parse(jobData.textContent));
+const compareData = document.getElementById("compare-data");
+if (compareData) compareJobs(JSON.parse(compareData.textContent));

@@ -1,0 +1,176 @@
+"""Benchmark jobs end to end: API -> control worker -> node workers -> torch ranks -> result."""
+
+import json
+import time
+
+import psutil
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+
+from dashboard.benchmarks.models import BenchmarkJob, JobStatus
+from gpulse import schema
+from gpulse.keys import Keys
+from tests.celery_workers import control_worker, node_workers  # noqa: F401  (fixtures)
+from tests.samples import sample
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def live_nodes(redis_client, settings):
+    """Two nodes reporting 2 GPUs each, as the collector would have written them,
+    both on this machine, as the demo's simulated nodes are."""
+    settings.GPULSE_RENDEZVOUS_ADDR = "127.0.0.1"
+    keys = Keys()
+    now = time.time()
+    for name in ("bench-a", "bench-b"):
+        redis_client.set(keys.node(name), schema.encode(sample(name, gpus=2, ts=now, interval=60)))
+        redis_client.hset(keys.known_nodes, name, json.dumps({"ts": now, "interval": 60}))
+    return ["bench-a", "bench-b"]
+
+
+@pytest.fixture
+def operator(db):
+    user = get_user_model().objects.create_user("olga", password="pw-olga-123")
+    user.user_permissions.add(Permission.objects.get(codename="launch_benchmark"))
+    return user
+
+
+@pytest.fixture
+def viewer(db):
+    return get_user_model().objects.create_user("victor", password="pw-victor-123")
+
+
+SMALL = {"backend": "gloo", "min_bytes": "1K", "max_bytes": "64K", "iters": 3, "warmup_iters": 1, "timeout_seconds": 60}
+
+
+def post(client, **fields):
+    return client.post("/api/v1/benchmarks", json.dumps(fields), content_type="application/json")
+
+
+def wait_for(job_id, statuses, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        job = BenchmarkJob.objects.get(pk=job_id)
+        if job.status in statuses:
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} still {job.status} after {timeout} s")
+
+
+def rank_processes():
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "workers.allreduce" in cmdline:
+            found.append(process)
+    return found
+
+
+def test_a_user_without_the_permission_gets_403(client, viewer, live_nodes):
+    client.force_login(viewer)
+    response = post(client, nodes=live_nodes, **SMALL)
+    assert response.status_code == 403
+    assert BenchmarkJob.objects.count() == 0
+
+
+def test_a_session_post_without_csrf_token_is_refused(operator, live_nodes):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+    assert post(client, nodes=live_nodes, **SMALL).status_code == 403
+    assert client.post("/benchmarks/", {"nodes": live_nodes}).status_code == 403
+
+
+def test_bad_fields_get_400_naming_them(client, operator, live_nodes):
+    client.force_login(operator)
+    response = post(client, nodes=["nope"], **{**SMALL, "max_bytes": "lots"})
+    assert response.status_code == 400
+    fields = response.json()["fields"]
+    assert "nodes" in fields and "bad size 'lots'" in fields["max_bytes"][0]
+    response = post(client, nodes=live_nodes, **{**SMALL, "min_bytes": "1M", "max_bytes": "1K"})
+    assert response.status_code == 400 and "smaller than min bytes" in response.content.decode()
+
+
+def test_overlapping_nodes_get_409_and_the_rate_limit_429(client, operator, live_nodes, settings):
+    client.force_login(operator)
+    BenchmarkJob.objects.create(created_by=operator, nodes=["bench-a"], ranks_per_node=1, min_bytes=1, max_bytes=2,
+                                status=JobStatus.RUNNING)
+    response = post(client, nodes=live_nodes, **SMALL)
+    assert response.status_code == 409 and "bench-a already run" in response.json()["error"]
+    settings.GPULSE_BENCHMARK_RATE = "1/600"
+    response = post(client, nodes=live_nodes, **SMALL)
+    assert response.status_code == 429 and 0 < int(response["Retry-After"]) <= 601
+
+
+def test_a_two_node_job_runs_real_ranks_and_records_nccl_tests_rows(
+    client, operator, live_nodes, node_workers, control_worker, redis_client
+):
+    node_workers.start(*live_nodes)
+    client.force_login(operator)
+    response = post(client, nodes=live_nodes, ranks_per_node=1, **SMALL)
+    assert response.status_code == 202, response.content
+    job_id = response.json()["id"]
+    job = wait_for(job_id, {"succeeded", "failed", "timed_out"}, timeout=90)
+    assert job.status == "succeeded", job.reason
+    assert job.created_by == operator and job.result["world_size"] == 2
+    rows = job.result["rows"]
+    assert sorted({r["size"] for r in rows}) == [1024 * 2**i for i in range(7)]
+    assert all(r["wrong"] == 0 and r["busbw"] == pytest.approx(r["algbw"]) for r in rows)  # n=2: factor 1
+    assert job.avg_busbw > 0 and set(job.result["versions"]) == set(live_nodes)
+    api = client.get(f"/api/v1/benchmarks/{job_id}").json()
+    assert api["status"] == "succeeded" and len(api["result"]["rows"]) == len(rows)
+    kinds = [json.loads(f[b"e"])["kind"] for _, f in redis_client.xrange(Keys().job_events(job_id))]
+    assert kinds.count("row") == len(rows) and kinds[-1] == "final"
+    assert not rank_processes()
+
+
+def test_killing_a_node_worker_mid_job_fails_the_job_with_a_reason_and_leaves_no_rank(
+    client, operator, live_nodes, node_workers, control_worker, redis_client
+):
+    node_workers.start(*live_nodes)
+    client.force_login(operator)
+    response = post(client, nodes=live_nodes, ranks_per_node=1, **{**SMALL, "max_bytes": "64M", "iters": 50,
+                                                                    "timeout_seconds": 40})
+    job_id = response.json()["id"]
+    deadline = time.time() + 60
+    while not redis_client.xlen(Keys().job_events(job_id)) and time.time() < deadline:
+        time.sleep(0.2)  # rows flow: both nodes' ranks are in the collective
+    node_workers.kill("bench-b")
+    job = wait_for(job_id, {"failed", "timed_out"}, timeout=40 + 30)
+    assert job.reason, "a failed job must say why"
+    assert "bench-a" in job.reason or "bench-b" in job.reason
+    deadline = time.time() + 15
+    while rank_processes() and time.time() < deadline:
+        time.sleep(0.5)
+    assert not rank_processes(), "rank processes were left behind"
+
+
+def test_a_running_job_can_be_cancelled(client, operator, live_nodes, node_workers, control_worker, redis_client):
+    node_workers.start(*live_nodes)
+    client.force_login(operator)
+    job_id = post(client, nodes=live_nodes, ranks_per_node=1,
+                  **{**SMALL, "max_bytes": "256M", "iters": 200}).json()["id"]
+    wait_for(job_id, {"running"}, timeout=30)
+    response = client.post(f"/api/v1/benchmarks/{job_id}/cancel")
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    deadline = time.time() + 20
+    while rank_processes() and time.time() < deadline:
+        time.sleep(0.5)
+    assert not rank_processes()
+    assert client.post(f"/api/v1/benchmarks/{job_id}/cancel").status_code == 409
+
+
+def test_a_redelivered_start_never_sends_a_second_copy(operator, live_nodes, redis_client):
+    from dashboard.benchmarks.tasks import claim_and_dispatch
+
+    job = BenchmarkJob.objects.create(created_by=operator, nodes=live_nodes, ranks_per_node=1, min_bytes=1024,
+                                      max_bytes=1024, timeout_seconds=10)
+    first, claimed = claim_and_dispatch(job.pk)
+    assert claimed and first.status == "running" and first.rendezvous.startswith("127.0.0.1:")
+    again, claimed_again = claim_and_dispatch(job.pk)
+    assert not claimed_again and again.status == "running"
+    for node in live_nodes:
+        assert redis_client.llen(f"gpulse:celery:node.{node}") == 1  # one task per node, not two
