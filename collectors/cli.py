@@ -1,0 +1,236 @@
+"""`python -m collectors`: sample a source at a fixed cadence and publish the samples."""
+
+import argparse
+import gc
+import logging
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+
+import redis
+
+from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
+from collectors.simulated import SimulatedFleet, parse_fault, parse_target, redis_fault_reader
+from collectors.sources import Source, SourceUnavailable
+from gpulse.keys import Keys
+
+log = logging.getLogger("gpulse.collector")
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+SOURCE_RETRY_MAX = 60.0  # s between attempts to open a source that is unavailable
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m collectors",
+        description="Read GPU telemetry and stream version-1 samples into Redis.",
+    )
+    parser.add_argument("--source", choices=("nvml", "simulated"), default="nvml",
+                        help="nvml: this machine's GPUs; simulated: a synthetic fleet (default: nvml)")
+    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
+                        help="Redis to write to (default: $REDIS_URL, else %(default)s)")
+    parser.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between samples (default 1)")
+    parser.add_argument("--node-name", default=socket.gethostname(),
+                        help="node name for the nvml source (default: the hostname)")
+    parser.add_argument("--nodes", type=_positive_int, default=4, help="simulated nodes (default 4)")
+    parser.add_argument("--gpus-per-node", type=_positive_int, default=8, help="simulated GPUs per node (default 8)")
+    parser.add_argument("--seed", type=int, help="random seed of the simulated fleet, for repeatable runs")
+    parser.add_argument("--fault", action="append", default=[], metavar="NODE[/GPU]=FAULT",
+                        help="inject a fault into the simulated fleet: hot, xid[:CODE], ecc, lost, dead (repeatable)")
+    parser.add_argument("--buffer-size", type=_positive_int, default=DEFAULT_BUFFER_SIZE,
+                        help="samples kept while Redis is unreachable (default %(default)s)")
+    parser.add_argument("--once", action="store_true", help="take one sample per node, publish it and exit")
+    parser.add_argument("--stdout", action="store_true", help="print JSON lines instead of writing to Redis")
+    return parser
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def _parse_faults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, int | None, str]]:
+    if args.fault and args.source != "simulated":
+        parser.error("--fault applies to --source simulated only")
+    faults = []
+    for spec in args.fault:
+        target, sep, fault = spec.partition("=")
+        try:
+            if not sep:
+                raise ValueError("expected NODE[/GPU]=FAULT, e.g. sim-01/3=hot")
+            node, gpu = parse_target(target)
+            parse_fault(fault)
+        except ValueError as exc:
+            parser.error(f"--fault {spec}: {exc}")
+        faults.append((node, gpu, fault))
+    return faults
+
+
+def next_deadline(previous: float, interval: float, now: float) -> tuple[float, int]:
+    """Return the next tick after ``previous`` that is still ahead of ``now``, and how many ticks were missed.
+
+    Deadlines stay on the grid previous + k × interval, so sampling cost never
+    accumulates into drift; a sample that overran skips the ticks it missed
+    instead of bunching them up.
+    """
+    deadline = previous + interval
+    if now <= deadline:
+        return deadline, 0
+    missed = int((now - deadline) // interval) + 1
+    return deadline + missed * interval, missed
+
+
+class StopSignal:
+    """SIGTERM/SIGINT set a flag and wake wait() through a pipe, so a sleeping loop ends at once.
+
+    The handler only sets a flag; Python's wakeup fd interrupts the select(),
+    which is safe where taking a lock inside a signal handler is not.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.requested = False
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(self._write_fd, False)
+
+    def __enter__(self) -> "StopSignal":
+        self._previous_fd = signal.set_wakeup_fd(self._write_fd)
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._read_fd)
+        os.close(self._write_fd)
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; return True when a stop was requested."""
+        if not self.requested and seconds > 0:
+            select.select([self._read_fd], [], [], seconds)
+            try:
+                os.read(self._read_fd, 512)
+            except BlockingIOError:
+                pass
+        return self.requested
+
+
+def simulated_fleet(args: argparse.Namespace, faults: list[tuple[str, int | None, str]]) -> SimulatedFleet:
+    """Build the fleet with its faults; raise ValueError naming a fault target it does not have."""
+    reader = None
+    if not args.stdout:
+        client = redis.Redis.from_url(args.redis_url, socket_connect_timeout=1, socket_timeout=1)
+        reader = redis_fault_reader(client, Keys())
+    fleet = SimulatedFleet(args.nodes, args.gpus_per_node, args.interval, seed=args.seed, fault_reader=reader)
+    for node, gpu, fault in faults:
+        fleet.inject(node, gpu, fault)
+    return fleet
+
+
+def nvml_source(args: argparse.Namespace) -> Source:
+    # Imported here so the simulated source runs where nvidia-ml-py is absent.
+    from collectors.nvml import NvmlSource
+
+    return NvmlSource(args.node_name, args.interval)
+
+
+def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopSignal) -> int:
+    if args.stdout:
+        publisher = StdoutPublisher()
+    else:
+        publisher = RedisPublisher(args.redis_url, Keys(), buffer_size=args.buffer_size)
+    source: Source | None = None
+    retry_delay = 1.0
+    deadline = time.monotonic()
+    try:
+        while not stop.requested:
+            try:
+                if source is None:
+                    source = open_source()
+                    # The setup objects live for the whole run; frozen, the collector
+                    # stops rescanning them while each big sample is being built.
+                    gc.freeze()
+                samples = source.sample()
+            except SourceUnavailable as exc:
+                if args.once:
+                    print(f"gpulse collector: {exc}", file=sys.stderr)
+                    return 2
+                log.warning("%s; retrying in %.0f s", exc, retry_delay)
+                if source is not None:
+                    source.close()
+                    source = None
+                stop.wait(retry_delay)
+                retry_delay = min(retry_delay * 2, SOURCE_RETRY_MAX)
+                deadline = time.monotonic()
+                continue
+            if retry_delay > 1.0:
+                log.info("%s source available again", args.source)
+                retry_delay = 1.0
+            publisher.publish(samples)
+            if args.once:
+                if publisher.pending:
+                    print(f"gpulse collector: Redis at {publisher.where} unreachable; the sample was not written",
+                          file=sys.stderr)
+                    return 1
+                return 0
+            deadline, missed = next_deadline(deadline, args.interval, time.monotonic())
+            if missed:
+                log.warning("sampling took longer than the %.2f s interval; skipped %d tick(s)", args.interval, missed)
+            stop.wait(deadline - time.monotonic())
+    finally:
+        if source is not None:
+            source.close()
+        publisher.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    faults = _parse_faults(parser, args)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s gpulse collector: %(message)s")
+    if args.source == "simulated":
+        try:
+            fleet = simulated_fleet(args, faults)
+        except ValueError as exc:
+            parser.error(str(exc))
+
+        def open_source() -> Source:
+            return fleet
+    else:
+        def open_source() -> Source:
+            return nvml_source(args)
+
+    try:
+        with StopSignal() as stop:
+            return run(args, open_source, stop)
+    except BrokenPipeError:
+        # The reader of --stdout went away (e.g. `| head`): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

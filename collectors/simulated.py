@@ -1,0 +1,550 @@
+"""A simulated GPU fleet: N nodes × G GPUs with believable dynamics and faults.
+
+Each node is homogeneous; nodes take GPU models in turn from MODELS (real
+names, framebuffer sizes as NVML reports them, power limits, clocks). Training
+jobs start and stop on a node's GPUs; while one runs, its GPUs go through a
+start-up phase (low utilization, part of the memory), then busy phases of
+90-100 % broken by checkpoint and evaluation dips. Power follows utilization up
+to the power limit (where the SM clock drops and ``sw_power_cap`` is set),
+temperature follows power with a first-order thermal lag, and PCIe / NVLink
+traffic follows activity. Time is the wall clock, so the dynamics are per
+second whatever the sampling interval. The state is numpy arrays, so one
+sample() of 1,000 nodes × 8 GPUs costs milliseconds, not a second.
+
+Faults
+------
+A fault applies to one GPU ("<node>/<gpu>") or to every GPU of a node ("<node>"):
+
+- ``hot``: cooling failure; the temperature climbs to about 94 °C within half
+  a minute, with ``sw_thermal_slowdown``, ``hw_thermal_slowdown`` (and
+  ``hw_slowdown``) set and the clocks cut.
+- ``xid`` or ``xid:<code>``: the GPU reports that Xid (default 48, a
+  double-bit ECC error) in every sample while the fault is set.
+- ``ecc``: the volatile uncorrected ECC count rises, by one at once and then
+  about every ten seconds. Clearing it resets the count to 0, as the GPU reset
+  an operator would do.
+- ``lost``: the GPU fell off the bus; it stays in the list with
+  ``"lost": true`` and every reading null, and the job on it dies.
+- ``dead``: the whole node stops reporting (absent from samples), whatever
+  GPU the target names.
+- ``clear``: no fault. ``inject(node, None, "clear")`` clears the node and all
+  of its GPUs.
+
+Faults come from ``SimulatedFleet.inject()`` (the collector's ``--fault``) and
+from an optional ``fault_reader``, called once per sample(), that returns the
+current fault map ``{target: fault}``; where both name a target, the reader
+wins. ``redis_fault_reader`` reads that map from the Redis hash
+``Keys().simulator_faults`` (``gpulse:simulator:faults`` by default)::
+
+    HSET gpulse:simulator:faults sim-01/3 hot      # GPU 3 of sim-01 overheats
+    HSET gpulse:simulator:faults sim-02 dead       # node sim-02 stops reporting
+    HDEL gpulse:simulator:faults sim-01/3          # clear that fault
+
+Fields naming nodes this fleet does not have are ignored (several simulated
+collectors may share one Redis); malformed entries are logged once and skipped.
+"""
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import redis
+
+from gpulse.keys import Keys
+from gpulse.schema import GPU_METRIC_NAMES, SCHEMA_VERSION, THROTTLE_REASONS
+
+log = logging.getLogger(__name__)
+
+MiB = 1024**2
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str  # as NVML's nvmlDeviceGetName reports it
+    mem_total: int  # bytes (nvidia-smi memory.total)
+    power_limit: float  # W, default enforced limit
+    idle_power: float  # W with no context on the GPU
+    max_sm_clock: int  # MHz, max boost
+    idle_sm_clock: int  # MHz
+    mem_clock: int  # MHz
+    full_load_temp: float  # °C at the power limit with a 30 °C inlet
+    pcie_bw: float  # bytes/s per direction a busy data loader reaches
+    nvlink_bw: float | None  # bytes/s per direction over all links; None: no NVLink
+    has_fan: bool  # SXM modules and passive PCIe cards report no fan speed
+    host_mem_total: int  # bytes of RAM in the typical server for this GPU
+
+
+MODELS = (
+    GpuModel("NVIDIA H100 80GB HBM3", 81559 * MiB, 700.0, 70.0, 1980, 345, 2619, 72.0,
+             50e9, 450e9, False, 2048 * GiB),
+    GpuModel("NVIDIA A100-SXM4-80GB", 81920 * MiB, 400.0, 55.0, 1410, 210, 1593, 68.0,
+             25e9, 300e9, False, 1024 * GiB),
+    GpuModel("NVIDIA L40S", 46068 * MiB, 350.0, 35.0, 2520, 210, 9001, 74.0,
+             25e9, None, False, 512 * GiB),
+    GpuModel("NVIDIA RTX 6000 Ada Generation", 49140 * MiB, 300.0, 25.0, 2505, 210, 10001, 78.0,
+             25e9, None, True, 256 * GiB),
+)
+
+FAULTS = ("hot", "xid", "ecc", "lost", "dead", "clear")
+DEFAULT_XID = 48
+
+USERS = ("alice", "bob", "carol", "dmitri", "eun-ji", "farah", "gustavo", "hiro")
+# Memory the driver keeps on every GPU; a process's share excludes it.
+RESERVED_MEM = 512 * MiB
+INLET_TEMP_RANGE = (22.0, 30.0)
+THERMAL_TAU = 45.0  # s, heat sink time constant
+HOT_TEMP = 94.0  # °C a GPU with failed cooling settles at
+HOT_TAU = 15.0  # s: failed cooling heats fast enough to watch
+SW_THERMAL_TEMP = 85.0
+HW_THERMAL_TEMP = 90.0
+ECC_ERRORS_PER_SECOND = 0.1
+
+_BIT = {reason: 1 << i for i, reason in enumerate(THROTTLE_REASONS)}
+_THERMAL_HW_BITS = _BIT["hw_thermal_slowdown"] | _BIT["hw_slowdown"]
+_UUID_NAMESPACE = uuid.UUID("5f1c1a52-3a34-4c1b-9b87-6f0e2f61a7a1")
+
+
+def parse_target(text: str) -> tuple[str, int | None]:
+    """Return (node, gpu index or None) for "<node>" or "<node>/<gpu>"."""
+    node, sep, gpu = text.strip().partition("/")
+    if not node:
+        raise ValueError(f"fault target {text!r} has no node name")
+    if not sep:
+        return node, None
+    if not gpu.isdigit():
+        raise ValueError(f"fault target {text!r}: GPU must be an index like {node}/0")
+    return node, int(gpu)
+
+
+def parse_fault(text: str) -> tuple[str, int]:
+    """Return (fault name, Xid code or 0) for a fault name like "hot" or "xid:79"."""
+    name, sep, code = text.strip().lower().partition(":")
+    if name not in FAULTS:
+        raise ValueError(f"unknown fault {text!r} (known: {', '.join(FAULTS)}, xid:<code>)")
+    if name != "xid":
+        if sep:
+            raise ValueError(f"fault {name!r} takes no code")
+        return name, 0
+    if not sep:
+        return name, DEFAULT_XID
+    if not code.isdigit() or int(code) == 0:
+        raise ValueError(f"fault {text!r}: Xid code must be a positive number")
+    return name, int(code)
+
+
+class RedisFaultReader:
+    """Read the fault hash once per call; keep the last known map while Redis is away."""
+
+    RETRY_AFTER = 5.0  # s between attempts while Redis is unreachable, so sampling never waits on it
+
+    def __init__(self, client: redis.Redis, keys: Keys, clock: Callable[[], float] = time.monotonic):
+        self.client = client
+        self.key = keys.simulator_faults
+        self.clock = clock
+        self.last: dict[str, str] = {}
+        self._retry_at = 0.0
+        self._failing = False
+
+    def __call__(self) -> dict[str, str]:
+        if self._failing and self.clock() < self._retry_at:
+            return self.last
+        try:
+            raw = self.client.hgetall(self.key)
+        except redis.RedisError as exc:
+            if not self._failing:
+                log.warning("cannot read simulator faults from %s (%s); keeping the last known ones", self.key, exc)
+            self._failing = True
+            self._retry_at = self.clock() + self.RETRY_AFTER
+            return self.last
+        if self._failing:
+            log.info("reading simulator faults from %s again", self.key)
+            self._failing = False
+        self.last = {_text(field): _text(value) for field, value in raw.items()}
+        return self.last
+
+
+def redis_fault_reader(client: redis.Redis, keys: Keys) -> RedisFaultReader:
+    return RedisFaultReader(client, keys)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+class SimulatedFleet:
+    """The ``simulated`` source: samples for a whole synthetic fleet per call."""
+
+    name = "simulated"
+
+    def __init__(
+        self,
+        nodes: int,
+        gpus_per_node: int,
+        interval: float,
+        seed: int | None = None,
+        name_prefix: str = "sim-",
+        fault_reader: Callable[[], dict[str, str]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        if nodes < 1 or gpus_per_node < 1:
+            raise ValueError("a fleet needs at least one node and one GPU per node")
+        self.interval = interval
+        self.fault_reader = fault_reader
+        self.clock = clock
+        self.rng = np.random.default_rng(seed)
+        n, g = self.shape = (nodes, gpus_per_node)
+        width = max(2, len(str(nodes)))
+        self.node_names = [f"{name_prefix}{i + 1:0{width}d}" for i in range(nodes)]
+        self._node_index = {name: i for i, name in enumerate(self.node_names)}
+        self.models = [MODELS[i % len(MODELS)] for i in range(nodes)]
+        self._uuids = [[f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node}/{j}')}" for j in range(g)]
+                       for node in self.node_names]
+
+        def per_node(attr):
+            return np.array([getattr(m, attr) for m in self.models], dtype=float)[:, None]
+
+        self._limit = per_node("power_limit")
+        self._idle_power = per_node("idle_power")
+        self._max_clock = per_node("max_sm_clock")
+        self._idle_clock = per_node("idle_sm_clock")
+        self._mem_total = per_node("mem_total")
+        self._pcie_bw = per_node("pcie_bw")
+        self._nvlink_bw = np.array([m.nvlink_bw or 0.0 for m in self.models])[:, None]
+        self._inlet = self.rng.uniform(*INLET_TEMP_RANGE, size=(n, 1))
+        # Thermal resistance of each GPU: its model's, varied by its place in the chassis.
+        self._thermal_r = (per_node("full_load_temp") - 30.0) / self._limit * self.rng.uniform(0.92, 1.12, (n, g))
+        self._power_factor = self.rng.uniform(0.96, 1.04, (n, g))
+        self._host_mem_total = per_node("host_mem_total")[:, 0]
+
+        # Jobs live in slots: slot = node * G + first GPU, so a slot never holds two jobs.
+        slots = n * g
+        self._gpu_slot = np.full((n, g), -1, dtype=np.int64)
+        self._job_active = np.zeros(slots, dtype=bool)
+        self._job_width = np.zeros(slots, dtype=np.int64)
+        self._job_end = np.zeros(slots)
+        self._job_startup_end = np.zeros(slots)
+        self._job_next_dip = np.zeros(slots)
+        self._job_dip_end = np.zeros(slots)
+        self._job_dip_util = np.zeros(slots)
+        self._job_busy_util = np.zeros(slots)
+        self._job_power = np.zeros(slots)
+        self._job_mem_frac = np.zeros(slots)
+        self._job_mem_util = np.zeros(slots)
+        self._job_pcie = np.zeros(slots)
+        self._job_nvlink = np.zeros(slots)
+        self._job_pid = np.zeros(slots, dtype=np.int64)
+        self._job_user = np.zeros(slots, dtype=np.int64)
+        self._node_next_job = np.zeros(n)
+
+        self._temp = np.zeros((n, g))
+        self._warm = False
+        self._ecc_count = np.zeros((n, g), dtype=np.int64)
+
+        self._injected: dict[tuple[str, int | None], str] = {}
+        self._fault_map: dict[tuple[str, int | None], str] | None = None
+        self._reported_bad: set[tuple[str, str]] = set()
+        self._hot = np.zeros((n, g), dtype=bool)
+        self._ecc = np.zeros((n, g), dtype=bool)
+        self._lost = np.zeros((n, g), dtype=bool)
+        self._xid = np.zeros((n, g), dtype=np.int64)
+        self._dead = np.zeros(n, dtype=bool)
+
+        self._last_t = self.clock()
+        self._start_initial_jobs(self._last_t)
+
+    # ---- faults -----------------------------------------------------------------
+
+    def inject(self, node: str, gpu: int | None, fault: str) -> None:
+        """Set ``fault`` on one GPU (or the whole node when gpu is None); raise ValueError on a bad one."""
+        name, _ = parse_fault(fault)
+        if node not in self._node_index:
+            raise ValueError(f"no node {node!r} in this fleet ({self.node_names[0]} .. {self.node_names[-1]})")
+        if gpu is not None and not 0 <= gpu < self.shape[1]:
+            raise ValueError(f"{node} has GPUs 0..{self.shape[1] - 1}, not {gpu}")
+        if name == "clear":
+            for target in [t for t in self._injected if t[0] == node and (gpu is None or t[1] == gpu)]:
+                del self._injected[target]
+        else:
+            self._injected[(node, gpu)] = fault.strip().lower()
+
+    def _read_faults(self) -> dict[tuple[str, int | None], str]:
+        merged = dict(self._injected)
+        if self.fault_reader is not None:
+            bad = set()
+            for target_text, fault in self.fault_reader().items():
+                try:
+                    node, gpu = parse_target(target_text)
+                    parse_fault(fault)
+                    if node in self._node_index and gpu is not None and gpu >= self.shape[1]:
+                        raise ValueError(f"{node} has GPUs 0..{self.shape[1] - 1}")
+                except ValueError as exc:
+                    bad.add((target_text, fault))
+                    if (target_text, fault) not in self._reported_bad:
+                        log.warning("ignoring simulator fault %s=%s: %s", target_text, fault, exc)
+                    continue
+                if node in self._node_index:
+                    merged[(node, gpu)] = fault.strip().lower()
+            self._reported_bad = bad
+        return {target: fault for target, fault in merged.items() if fault != "clear"}
+
+    def _apply_faults(self, now: float) -> None:
+        fault_map = self._read_faults()
+        if fault_map == self._fault_map:
+            return
+        self._fault_map = fault_map
+        hot, ecc, lost = (np.zeros(self.shape, dtype=bool) for _ in range(3))
+        xid = np.zeros(self.shape, dtype=np.int64)
+        dead = np.zeros(self.shape[0], dtype=bool)
+        for (node, gpu), fault in fault_map.items():
+            i = self._node_index[node]
+            where = (i, slice(None)) if gpu is None else (i, gpu)
+            name, code = parse_fault(fault)
+            if name == "dead":
+                dead[i] = True
+            elif name == "xid":
+                xid[where] = code
+            else:
+                {"hot": hot, "ecc": ecc, "lost": lost}[name][where] = True
+        self._ecc_count[self._ecc & ~ecc] = 0
+        self._ecc_count[ecc & ~self._ecc] += 1
+        for slot in np.unique(self._gpu_slot[lost & ~self._lost]):
+            if slot >= 0:
+                self._end_job(int(slot), now)
+        self._hot, self._ecc, self._lost, self._xid, self._dead = hot, ecc, lost, xid, dead
+
+    # ---- jobs -------------------------------------------------------------------
+
+    def _start_initial_jobs(self, now: float) -> None:
+        """Begin mid-run: most nodes already training, start-up long past."""
+        for i in range(self.shape[0]):
+            if self.rng.random() < 0.75:
+                slot = self._start_job(i, now)
+                if slot is not None:
+                    elapsed = self.rng.uniform(60, 1200)
+                    self._job_startup_end[slot] -= elapsed
+                    self._job_next_dip[slot] -= elapsed
+                    self._job_end[slot] = now + self.rng.uniform(30, 1500)
+            self._node_next_job[i] = now + self.rng.uniform(5, 120)
+
+    def _start_job(self, node: int, now: float) -> int | None:
+        g = self.shape[1]
+        free = (self._gpu_slot[node] < 0) & ~self._lost[node]
+        # Aligned blocks, as a scheduler packs GPUs: whole node, halves, quarters, pairs, singles.
+        choices = []
+        for width in sorted({g, *(w for w in (4, 2, 1) if w < g)}, reverse=True):
+            for first in range(0, g - width + 1, width):
+                if free[first:first + width].all():
+                    choices.append((width, first))
+                    break
+        if not choices:
+            return None
+        weights = np.array([4.0 if width == g else 1.0 for width, _ in choices])
+        width, first = choices[self.rng.choice(len(choices), p=weights / weights.sum())]
+        slot = node * g + first
+        rng = self.rng
+        self._gpu_slot[node, first:first + width] = slot
+        self._job_active[slot] = True
+        self._job_width[slot] = width
+        self._job_startup_end[slot] = now + rng.uniform(15, 60)
+        self._job_end[slot] = now + rng.uniform(120, 1800)
+        self._job_next_dip[slot] = self._job_startup_end[slot] + rng.uniform(60, 400)
+        self._job_dip_end[slot] = 0.0
+        self._job_busy_util[slot] = rng.uniform(92, 99)
+        # Above 1, the job wants more power than the limit allows: it runs power-capped.
+        self._job_power[slot] = rng.uniform(0.75, 1.2)
+        self._job_mem_frac[slot] = rng.uniform(0.45, 0.95)
+        self._job_mem_util[slot] = rng.uniform(0.3, 0.8)
+        self._job_pcie[slot] = rng.uniform(0.02, 0.15)
+        self._job_nvlink[slot] = rng.uniform(0.05, 0.4) if width > 1 else 0.0
+        self._job_pid[slot] = rng.integers(2_000, 4_000_000)
+        self._job_user[slot] = rng.integers(len(USERS))
+        return slot
+
+    def _end_job(self, slot: int, now: float) -> None:
+        node, first = divmod(slot, self.shape[1])
+        self._gpu_slot[node, first:first + self._job_width[slot]] = -1
+        self._job_active[slot] = False
+        self._node_next_job[node] = max(self._node_next_job[node], now + self.rng.uniform(10, 180))
+
+    def _schedule(self, now: float) -> None:
+        for slot in np.flatnonzero(self._job_active & (self._job_end <= now)):
+            self._end_job(int(slot), now)
+        has_free = ((self._gpu_slot < 0) & ~self._lost).any(axis=1)
+        for node in np.flatnonzero(has_free & (self._node_next_job <= now)):
+            self._start_job(int(node), now)
+            self._node_next_job[node] = now + self.rng.uniform(5, 120)
+        # Checkpoint (near idle) and evaluation (half busy) dips of the running jobs.
+        dip = self._job_active & (now >= self._job_next_dip) & (now >= self._job_startup_end)
+        count = int(dip.sum())
+        if count:
+            self._job_dip_end[dip] = now + self.rng.uniform(8, 40, count)
+            checkpoint = self.rng.random(count) < 0.5
+            self._job_dip_util[dip] = np.where(checkpoint, self.rng.uniform(0, 12, count),
+                                               self.rng.uniform(35, 70, count))
+            self._job_next_dip[dip] = now + self.rng.uniform(120, 600, count)
+
+    # ---- sampling ---------------------------------------------------------------
+
+    def sample(self) -> list[dict]:
+        now = self.clock()
+        dt = max(0.0, now - self._last_t)
+        self._last_t = now
+        self._apply_faults(now)
+        self._schedule(now)
+        return self._render(now, self._step(now, dt))
+
+    def _step(self, now: float, dt: float) -> dict[str, np.ndarray]:
+        """Advance the physics by dt seconds; return this step's readings as arrays."""
+        rng, shape = self.rng, self.shape
+        slot_of = self._gpu_slot
+        active = slot_of >= 0
+        slot = np.where(active, slot_of, 0)
+        startup = active & (now < self._job_startup_end[slot])
+        in_dip = active & ~startup & (now < self._job_dip_end[slot])
+        noise = rng.standard_normal((4, *shape))
+
+        target = np.where(startup, 25.0 + 8.0 * noise[0],
+                          np.where(in_dip, self._job_dip_util[slot] + 4.0 * noise[0],
+                                   self._job_busy_util[slot] + 2.5 * noise[0]))
+        util = np.where(active, np.clip(np.rint(target), 0, 100), 0.0)
+        load = util / 100.0
+
+        job_mem = np.floor(self._job_mem_frac[slot] * np.where(startup, 0.3, 1.0) * self._mem_total / MiB) * MiB
+        mem_used = np.where(active, RESERVED_MEM + job_mem, RESERVED_MEM)
+        mem_used = np.minimum(mem_used, self._mem_total)
+        mem_util = np.where(active, np.clip(np.rint(util * self._job_mem_util[slot] + 2.0 * noise[1]), 0, 100), 0.0)
+
+        peak = self._limit * np.where(active, self._job_power[slot], 1.0) * self._power_factor
+        demand = self._idle_power * self._power_factor + (peak - self._idle_power) * load + noise[2]
+        capped = demand >= self._limit * 0.995
+        # A capped board hovers just under its limit, never above it.
+        power = np.where(capped, self._limit * rng.uniform(0.975, 0.995, shape),
+                         np.clip(demand, 0.5 * self._idle_power, self._limit))
+
+        steady = np.where(self._hot, HOT_TEMP + 0.7 * noise[3], self._inlet + self._thermal_r * power)
+        if self._warm:
+            tau = np.where(self._hot, HOT_TAU, THERMAL_TAU)
+            self._temp += (steady - self._temp) * -np.expm1(-dt / tau)
+        else:
+            self._temp = steady.copy()
+            self._warm = True
+        temp = np.rint(self._temp)
+
+        sw_thermal = temp >= SW_THERMAL_TEMP
+        hw_thermal = temp >= HW_THERMAL_TEMP
+        # Under the cap the clock drops at least one 15 MHz bin, more the harder the job pushes.
+        clock = np.where(capped, self._max_clock * np.clip(self._limit / demand, 0.7, 0.99), self._max_clock)
+        thermal_factor = np.where(hw_thermal, 0.6, np.where(sw_thermal, 0.85, 1.0))
+        clock = np.where(active, clock * thermal_factor, self._idle_clock)
+        clock = np.floor(clock / 15.0) * 15.0
+        power = np.maximum(power * thermal_factor, np.minimum(power, self._idle_power))
+
+        throttle = (np.where(~active, _BIT["gpu_idle"], 0)
+                    | np.where(capped & active, _BIT["sw_power_cap"], 0)
+                    | np.where(sw_thermal, _BIT["sw_thermal_slowdown"], 0)
+                    | np.where(hw_thermal, _THERMAL_HW_BITS, 0))
+
+        jitter = rng.uniform(0.85, 1.15, (4, *shape))
+        loading = np.where(startup, 0.4, self._job_pcie[slot] * load)
+        pcie_rx = np.where(active, self._pcie_bw * loading * jitter[0], rng.uniform(0, 3e5, shape))
+        pcie_tx = np.where(active, self._pcie_bw * loading * 0.25 * jitter[1], rng.uniform(0, 1e5, shape))
+        collective = np.where(active & ~startup, self._nvlink_bw * self._job_nvlink[slot] * load, 0.0)
+
+        if self._ecc.any():
+            self._ecc_count += self._ecc & (rng.random(shape) < ECC_ERRORS_PER_SECOND * dt)
+
+        active_share = active.mean(axis=1)
+        whole = {
+            "util": util, "mem_util": mem_util, "mem_used": mem_used, "temp": temp, "sm_clock": clock,
+            "fan": np.clip(np.rint(30 + (temp - 35) * 1.4), 30, 100),
+            "pcie_tx": np.rint(pcie_tx), "pcie_rx": np.rint(pcie_rx),
+            "nvlink_tx": np.rint(collective * jitter[2]), "nvlink_rx": np.rint(collective * jitter[3]),
+        }
+        readings = {name: array.astype(np.int64) for name, array in whole.items()}
+        readings.update({
+            "power": np.round(power, 1), "throttle": throttle, "slot": slot_of,
+            "ecc": self._ecc_count, "xid": self._xid, "lost": self._lost,
+            "cpu_util": np.round(np.clip(3 + 55 * active_share + rng.normal(0, 2, shape[0]), 0, 100), 1),
+            "host_mem": np.rint(self._host_mem_total * (0.05 + 0.45 * active_share)),
+        })
+        return readings
+
+    def _render(self, now: float, r: dict[str, np.ndarray]) -> list[dict]:
+        """Turn the arrays into version-1 samples.
+
+        Whole arrays become lists first and each node's columns are zipped: per-GPU
+        numpy indexing would cost more than all of the physics.
+        """
+        columns = [r[name].tolist() for name in _COLUMNS]
+        cpu_util, host_mem = r["cpu_util"].tolist(), r["host_mem"].astype(np.int64).tolist()
+        pid, user, per_node = self._job_pid.tolist(), self._job_user.tolist(), self.shape[1]
+        nulls = [None] * per_node
+        samples = []
+        for i, node in enumerate(self.node_names):
+            if self._dead[i]:
+                continue
+            model = self.models[i]
+            name, limit, mem_total, mem_clock = model.name, model.power_limit, model.mem_total, model.mem_clock
+            row = [column[i] for column in columns]
+            if not model.has_fan:
+                row[6] = nulls
+            if model.nvlink_bw is None:
+                row[12] = row[13] = nulls
+            gpus = []
+            for j, (gpu_uuid, util, mem_util, mem_used, temp, power, clock, fan, throttle, ecc, xid,
+                    pcie_tx, pcie_rx, nvlink_tx, nvlink_rx, slot, lost) in enumerate(zip(self._uuids[i], *row)):
+                if lost:
+                    gpus.append(_lost_gpu(j, gpu_uuid, name))
+                    continue
+                # One rank per GPU, as torchrun starts them.
+                processes = [] if slot < 0 else [{
+                    "pid": pid[slot] + j - slot % per_node, "name": "python",
+                    "user": USERS[user[slot]], "mem_used": mem_used - RESERVED_MEM,
+                }]
+                gpus.append({
+                    "index": j, "uuid": gpu_uuid, "name": name, "lost": False,
+                    "util": util, "mem_util": mem_util, "mem_used": mem_used, "mem_total": mem_total,
+                    "temp": temp, "power": power, "power_limit": limit, "sm_clock": clock,
+                    "mem_clock": mem_clock, "fan": fan, "throttle": list(_THROTTLE_NAMES[throttle]),
+                    "ecc_uncorrected": ecc, "xid": [xid] if xid else [],
+                    "pcie_tx": pcie_tx, "pcie_rx": pcie_rx, "nvlink_tx": nvlink_tx, "nvlink_rx": nvlink_rx,
+                    "processes": processes,
+                })
+            samples.append({
+                "v": SCHEMA_VERSION, "node": node, "ts": now, "interval": self.interval, "gpus": gpus,
+                "host": {"cpu_util": cpu_util[i], "mem_used": host_mem[i], "mem_total": model.host_mem_total},
+            })
+        return samples
+
+    def close(self) -> None:
+        """Nothing to release: the fleet is in memory."""
+
+
+# _step's per-GPU arrays in the order _render unpacks them.
+_COLUMNS = ("util", "mem_util", "mem_used", "temp", "power", "sm_clock", "fan", "throttle", "ecc", "xid",
+            "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx", "slot", "lost")
+
+# Everything but identity is unknown once a GPU is off the bus.
+_READINGS = (*GPU_METRIC_NAMES, "throttle", "xid", "processes")
+
+
+def _lost_gpu(index: int, gpu_uuid: str, name: str) -> dict:
+    gpu = {"index": index, "uuid": gpu_uuid, "name": name, "lost": True}
+    gpu.update(dict.fromkeys(_READINGS))
+    return gpu
+
+
+class _ThrottleNames(dict):
+    """Mask → reason names, built on first use of each mask (a handful ever occur)."""
+
+    def __missing__(self, mask: int) -> tuple[str, ...]:
+        names = tuple(reason for reason, bit in _BIT.items() if mask & bit)
+        self[mask] = names
+        return names
+
+
+_THROTTLE_NAMES = _ThrottleNames()

@@ -1,0 +1,65 @@
+"""Build and configure the fake libnvidia-ml.so.1 (see fake_nvml.c for what it answers).
+
+Two ways to put it under the real nvidia-ml-py binding:
+- in this process: ``preload()`` loads it before pynvml does; the dynamic loader
+  then hands pynvml's ``CDLL("libnvidia-ml.so.1")`` the already loaded library,
+  matched by SONAME. One process holds one fake, reconfigured with
+  ``FAKE_NVML_CONFIG`` (read at every nvmlInit) or ``configure()``.
+- in a subprocess: ``subprocess_env()`` puts its folder first on LD_LIBRARY_PATH.
+"""
+
+import ctypes
+import os
+import subprocess
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("fake_nvml.c")
+BUILD_DIR = Path(__file__).with_name("build")
+SONAME = "libnvidia-ml.so.1"
+
+# Variant name -> extra compiler flags. "r470" lacks the entry points newer drivers added.
+VARIANTS = {"current": [], "r470": ["-DFAKE_NVML_R470"]}
+
+
+def build(variant: str = "current") -> Path:
+    """Compile the variant unless an up-to-date build exists; return the folder holding it."""
+    folder = BUILD_DIR / variant
+    library = folder / SONAME
+    if library.exists() and library.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    # Write beside the target and rename, so parallel test sessions never load half a file.
+    partial = folder / f".{SONAME}.{os.getpid()}"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-Wl,-soname,{SONAME}",
+         *VARIANTS[variant], "-o", str(partial), str(SOURCE), "-lpthread"],
+        check=True,
+    )
+    os.replace(partial, library)
+    return folder
+
+
+def config(**settings) -> str:
+    """Return FAKE_NVML_CONFIG text; list values are joined with commas.
+
+    config(gpus=8, lost=[2], unsupported=["fan", "ecc"]) -> "gpus=8;lost=2;unsupported=fan,ecc"
+    """
+    def text(value):
+        return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+    return ";".join(f"{key}={text(value)}" for key, value in settings.items())
+
+
+def preload(variant: str = "current") -> ctypes.CDLL:
+    return ctypes.CDLL(str(build(variant) / SONAME), mode=ctypes.RTLD_GLOBAL)
+
+
+def configure(library: ctypes.CDLL, text: str) -> None:
+    """Change a loaded fake's configuration now, e.g. to lose a GPU between two samples."""
+    library.fakeNvmlConfigure(text.encode())
+
+
+def subprocess_env(text: str, variant: str = "current") -> dict:
+    env = dict(os.environ, FAKE_NVML_CONFIG=text)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(build(variant)), env.get("LD_LIBRARY_PATH")]))
+    return env

@@ -1,0 +1,513 @@
+/*
+ * A stand-in for libnvidia-ml.so.1 (SONAME included), so the real nvidia-ml-py
+ * binding runs unchanged in tests on machines without a GPU.
+ *
+ * It implements only the entry points gpulse's NVML source calls, with the
+ * real signatures, struct layouts and error codes, so the binding raises its
+ * real exception classes. Readings are fixed constants (below) so tests can
+ * check unit conversions exactly.
+ *
+ * Configuration: FAKE_NVML_CONFIG, read at every nvmlInit, or
+ * fakeNvmlConfigure(text) at any time. "key=value" pairs separated by ';':
+ *   gpus=N               number of GPUs (default 1, at most 16)
+ *   name=TEXT            product name (default "NVIDIA H100 80GB HBM3")
+ *   init_error=CODE      nvmlInit returns CODE (9 = driver not loaded)
+ *   device_error=CODE    every device call returns CODE (the driver went away)
+ *   lost=I,J             GPUs answering GPU_IS_LOST to everything but
+ *                        nvmlDeviceGetHandleByIndex
+ *   unsupported=R,R      readings answering NOT_SUPPORTED on every GPU, from:
+ *                        util memory temp power power_limit clocks fan
+ *                        throttle ecc pcie nvlink events procs
+ *   hang=I:SECONDS       GPU I's utilization call sleeps SECONDS first
+ *   xid=I:CODE,I:CODE    XID events waiting on GPU I, each delivered once
+ *   procs=I:PID:BYTES:K  processes on GPU I (K: c compute, g graphics;
+ *                        BYTES "na" = not available, as under WDDM)
+ *   throttle=MASK        clock event reasons on every GPU (default 0x4)
+ *
+ * Readings of GPU i:
+ *   utilization 90+i %, memory controller 60+i %, temperature 60+i C,
+ *   memory total 85520809984 B, used 61203283968 + i GiB (v2: excluding the
+ *   563085312 B reserved; v1 "used" includes them), power 612400 + 1000*i mW,
+ *   enforced limit 700000 mW, SM clock 1980 MHz, memory clock 2619 MHz,
+ *   fan 40+i %, volatile uncorrected ECC i, PCIe TX 1171875 KB/s and
+ *   RX 3125000 KB/s, 4 NVLink links each counting 2500000 KiB/s TX and
+ *   1250000 KiB/s RX since nvmlInit.
+ *
+ * fakeNvmlUtilizationCalls(i) counts the utilization calls GPU i received,
+ * so a test can tell whether a GPU was read again.
+ *
+ * Built with -DFAKE_NVML_R470 it lacks the entry points newer drivers added
+ * (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetCurrentClocksEventReasons).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+typedef int nvmlReturn_t;
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_TIMEOUT 10
+#define NVML_ERROR_GPU_IS_LOST 15
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define NVML_ERROR_UNKNOWN 999
+
+#define MAX_GPUS 16
+#define MAX_PROCS 64
+#define MAX_XIDS 64
+
+#define NVLINK_LINKS 4
+#define NVLINK_TX_KIB_PER_S 2500000ULL
+#define NVLINK_RX_KIB_PER_S 1250000ULL
+#define FI_NVLINK_LINK_COUNT 91
+#define FI_NVLINK_THROUGHPUT_DATA_TX 138
+#define FI_NVLINK_THROUGHPUT_DATA_RX 139
+
+#define EVENT_XID_CRITICAL_ERROR 0x8ULL
+#define MEMORY_V2_VERSION 0x02000028u
+#define MEMORY_TOTAL 85520809984ULL
+#define MEMORY_USED 61203283968ULL
+#define MEMORY_RESERVED 563085312ULL
+#define GIB (1ULL << 30)
+
+enum reading {
+    R_UTIL = 1 << 0, R_MEMORY = 1 << 1, R_TEMP = 1 << 2, R_POWER = 1 << 3,
+    R_POWER_LIMIT = 1 << 4, R_CLOCKS = 1 << 5, R_FAN = 1 << 6, R_THROTTLE = 1 << 7,
+    R_ECC = 1 << 8, R_PCIE = 1 << 9, R_NVLINK = 1 << 10, R_EVENTS = 1 << 11,
+    R_PROCS = 1 << 12,
+};
+
+static const struct { const char *name; int bit; } READINGS[] = {
+    {"util", R_UTIL}, {"memory", R_MEMORY}, {"temp", R_TEMP}, {"power", R_POWER},
+    {"power_limit", R_POWER_LIMIT}, {"clocks", R_CLOCKS}, {"fan", R_FAN},
+    {"throttle", R_THROTTLE}, {"ecc", R_ECC}, {"pcie", R_PCIE}, {"nvlink", R_NVLINK},
+    {"events", R_EVENTS}, {"procs", R_PROCS},
+};
+
+/* The binding's structs, field for field. */
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+typedef union {
+    double dVal; unsigned int uiVal; unsigned long ulVal; unsigned long long ullVal;
+    long long sllVal; int siVal; unsigned short usVal;
+} nvmlValue_t;
+typedef struct {
+    unsigned int fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    unsigned int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+struct fake_device { int index; };
+typedef struct fake_device *nvmlDevice_t;
+struct fake_event_set { unsigned long long registered[MAX_GPUS]; };
+typedef struct fake_event_set *nvmlEventSet_t;
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+struct fake_process { int gpu; unsigned int pid; unsigned long long bytes; char kind; };
+struct fake_xid { int gpu; unsigned long long code; };
+
+static struct {
+    int gpus;
+    char name[96];
+    nvmlReturn_t init_error, device_error;
+    unsigned int lost;          /* bit per GPU */
+    int unsupported;            /* enum reading bits */
+    int hang_gpu;
+    double hang_seconds;
+    unsigned long long throttle;
+    struct fake_process procs[MAX_PROCS];
+    int nprocs;
+    struct fake_xid xids[MAX_XIDS];
+    int nxids;
+} cfg;
+
+static struct fake_device devices[MAX_GPUS];
+static int utilization_calls[MAX_GPUS]; /* kept across reconfiguration */
+static int initialized;
+static double init_time;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static double now(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return tv.tv_sec + tv.tv_usec / 1e6;
+}
+
+static void parse_list(const char *key, char *value)
+{
+    char *save = NULL;
+    for (char *item = strtok_r(value, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(key, "lost")) {
+            cfg.lost |= 1u << atoi(item);
+        } else if (!strcmp(key, "unsupported")) {
+            for (size_t i = 0; i < sizeof READINGS / sizeof READINGS[0]; i++)
+                if (!strcmp(item, READINGS[i].name)) cfg.unsupported |= READINGS[i].bit;
+        } else if (!strcmp(key, "xid") && cfg.nxids < MAX_XIDS) {
+            struct fake_xid *x = &cfg.xids[cfg.nxids++];
+            sscanf(item, "%d:%llu", &x->gpu, &x->code);
+        } else if (!strcmp(key, "procs") && cfg.nprocs < MAX_PROCS) {
+            struct fake_process *p = &cfg.procs[cfg.nprocs++];
+            char bytes[32] = "", kind = 'c';
+            sscanf(item, "%d:%u:%31[^:]:%c", &p->gpu, &p->pid, bytes, &kind);
+            p->bytes = strcmp(bytes, "na") ? strtoull(bytes, NULL, 10) : ~0ULL;
+            p->kind = kind;
+        }
+    }
+}
+
+/* Replace the whole configuration with the one in `text` (NULL: defaults). */
+int fakeNvmlConfigure(const char *text)
+{
+    pthread_mutex_lock(&lock);
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gpus = 1;
+    cfg.hang_gpu = -1;
+    cfg.throttle = 0x4;
+    strcpy(cfg.name, "NVIDIA H100 80GB HBM3");
+    char *copy = strdup(text ? text : ""), *save = NULL;
+    for (char *pair = strtok_r(copy, ";", &save); pair; pair = strtok_r(NULL, ";", &save)) {
+        char *value = strchr(pair, '=');
+        if (!value) continue;
+        *value++ = '\0';
+        if (!strcmp(pair, "gpus")) cfg.gpus = atoi(value) < MAX_GPUS ? atoi(value) : MAX_GPUS;
+        else if (!strcmp(pair, "name")) snprintf(cfg.name, sizeof cfg.name, "%s", value);
+        else if (!strcmp(pair, "init_error")) cfg.init_error = atoi(value);
+        else if (!strcmp(pair, "device_error")) cfg.device_error = atoi(value);
+        else if (!strcmp(pair, "hang")) sscanf(value, "%d:%lf", &cfg.hang_gpu, &cfg.hang_seconds);
+        else if (!strcmp(pair, "throttle")) cfg.throttle = strtoull(value, NULL, 0);
+        else parse_list(pair, value);
+    }
+    free(copy);
+    for (int i = 0; i < MAX_GPUS; i++) devices[i].index = i;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+int fakeNvmlUtilizationCalls(int index)
+{
+    return index >= 0 && index < MAX_GPUS ? __atomic_load_n(&utilization_calls[index], __ATOMIC_SEQ_CST) : -1;
+}
+
+/* Common checks of every device call; sets *index on success. */
+static nvmlReturn_t device_check(nvmlDevice_t device, int reading, int *index)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (device < devices || device >= devices + cfg.gpus) return NVML_ERROR_INVALID_ARGUMENT;
+    if (cfg.device_error) return cfg.device_error;
+    *index = device->index;
+    if (cfg.lost & (1u << *index)) return NVML_ERROR_GPU_IS_LOST;
+    if (cfg.unsupported & reading) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+#define CHECK(device, reading)                                  \
+    int index;                                                  \
+    nvmlReturn_t check = device_check(device, reading, &index); \
+    if (check != NVML_SUCCESS) return check;
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    const char *text = getenv("FAKE_NVML_CONFIG");
+    if (text || !cfg.gpus) fakeNvmlConfigure(text);
+    if (cfg.init_error) return cfg.init_error;
+    pthread_mutex_lock(&lock);
+    if (!initialized++) init_time = now();
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlShutdown(void)
+{
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t ret = initialized ? (initialized--, NVML_SUCCESS) : NVML_ERROR_UNINITIALIZED;
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+const char *nvmlErrorString(nvmlReturn_t result)
+{
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (snprintf(version, length, "550.54.15") >= (int)length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (cfg.device_error) return cfg.device_error;
+    *count = cfg.gpus;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (cfg.device_error) return cfg.device_error;
+    if (index >= (unsigned int)cfg.gpus) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &devices[index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    CHECK(device, 0);
+    if (snprintf(uuid, length, "GPU-fa4e0000-0000-4000-8000-%012d", index) >= (int)length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    CHECK(device, 0);
+    if (snprintf(name, length, "%s", cfg.name) >= (int)length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+    CHECK(device, R_UTIL);
+    __atomic_fetch_add(&utilization_calls[index], 1, __ATOMIC_SEQ_CST);
+    if (index == cfg.hang_gpu) {
+        struct timespec hang = {(time_t)cfg.hang_seconds,
+                                (long)((cfg.hang_seconds - (time_t)cfg.hang_seconds) * 1e9)};
+        nanosleep(&hang, NULL);
+    }
+    utilization->gpu = 90 + index;
+    utilization->memory = 60 + index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    CHECK(device, R_MEMORY);
+    memory->total = MEMORY_TOTAL;
+    memory->used = MEMORY_USED + index * GIB + MEMORY_RESERVED;
+    memory->free = memory->total - memory->used;
+    return NVML_SUCCESS;
+}
+
+#ifndef FAKE_NVML_R470
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    CHECK(device, R_MEMORY);
+    if (memory->version != MEMORY_V2_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memory->total = MEMORY_TOTAL;
+    memory->reserved = MEMORY_RESERVED;
+    memory->used = MEMORY_USED + index * GIB;
+    memory->free = memory->total - memory->reserved - memory->used;
+    return NVML_SUCCESS;
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned int sensor, unsigned int *temp)
+{
+    CHECK(device, R_TEMP);
+    if (sensor != 0) return NVML_ERROR_INVALID_ARGUMENT; /* NVML_TEMPERATURE_GPU only */
+    *temp = 60 + index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *milliwatts)
+{
+    CHECK(device, R_POWER);
+    *milliwatts = 612400 + 1000 * index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *milliwatts)
+{
+    CHECK(device, R_POWER_LIMIT);
+    *milliwatts = 700000;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *mhz)
+{
+    CHECK(device, R_CLOCKS);
+    if (type == 1) *mhz = 1980;      /* NVML_CLOCK_SM */
+    else if (type == 2) *mhz = 2619; /* NVML_CLOCK_MEM */
+    else return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *percent)
+{
+    CHECK(device, R_FAN);
+    *percent = 40 + index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    CHECK(device, R_THROTTLE);
+    *reasons = cfg.throttle;
+    return NVML_SUCCESS;
+}
+
+#ifndef FAKE_NVML_R470
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    return nvmlDeviceGetCurrentClocksThrottleReasons(device, reasons);
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int error_type,
+                                         unsigned int counter_type, unsigned long long *count)
+{
+    CHECK(device, R_ECC);
+    if (error_type > 1 || counter_type > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    /* Only uncorrected (1) volatile (0) counts equal i, so a wrong argument shows in tests. */
+    *count = (error_type == 1 && counter_type == 0) ? (unsigned long long)index : 1000 + index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, unsigned int counter, unsigned int *kb_per_s)
+{
+    CHECK(device, R_PCIE);
+    if (counter == 0) *kb_per_s = 1171875;      /* NVML_PCIE_UTIL_TX_BYTES */
+    else if (counter == 1) *kb_per_s = 3125000; /* NVML_PCIE_UTIL_RX_BYTES */
+    else return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values)
+{
+    CHECK(device, 0);
+    double t = now();
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        v->timestamp = (long long)(t * 1e6);
+        v->latencyUsec = 0;
+        v->nvmlReturn = NVML_SUCCESS;
+        int link_ok = v->scopeId < NVLINK_LINKS && !(cfg.unsupported & R_NVLINK);
+        if (v->fieldId == FI_NVLINK_LINK_COUNT && !(cfg.unsupported & R_NVLINK)) {
+            v->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+            v->value.uiVal = NVLINK_LINKS;
+        } else if (v->fieldId == FI_NVLINK_THROUGHPUT_DATA_TX && link_ok) {
+            v->valueType = 3; /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
+            v->value.ullVal = (unsigned long long)((t - init_time) * NVLINK_TX_KIB_PER_S);
+        } else if (v->fieldId == FI_NVLINK_THROUGHPUT_DATA_RX && link_ok) {
+            v->valueType = 3;
+            v->value.ullVal = (unsigned long long)((t - init_time) * NVLINK_RX_KIB_PER_S);
+        } else {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t running_processes(nvmlDevice_t device, char kind, unsigned int *count, nvmlProcessInfo_t *infos)
+{
+    CHECK(device, R_PROCS);
+    unsigned int found = 0;
+    for (int i = 0; i < cfg.nprocs; i++) {
+        const struct fake_process *p = &cfg.procs[i];
+        if (p->gpu != index || p->kind != kind) continue;
+        if (infos && found < *count)
+            infos[found] = (nvmlProcessInfo_t){p->pid, p->bytes, 0xFFFFFFFFu, 0xFFFFFFFFu};
+        found++;
+    }
+    nvmlReturn_t ret = (!infos || found > *count) && found ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    *count = found;
+    return ret;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos)
+{
+    return running_processes(device, 'c', count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos)
+{
+    return running_processes(device, 'g', count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types)
+{
+    CHECK(device, R_EVENTS);
+    *types = EVENT_XID_CRITICAL_ERROR;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    *set = calloc(1, sizeof **set);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    free(set);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set)
+{
+    CHECK(device, R_EVENTS);
+    if (types & ~EVENT_XID_CRITICAL_ERROR) return NVML_ERROR_NOT_SUPPORTED;
+    set->registered[index] |= types;
+    return NVML_SUCCESS;
+}
+
+/* Deliver the oldest waiting XID of a registered GPU; then report a lost one; else time out. */
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (cfg.device_error) return cfg.device_error;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < cfg.nxids; i++) {
+        int gpu = cfg.xids[i].gpu;
+        if (gpu < 0 || gpu >= MAX_GPUS || !(set->registered[gpu] & EVENT_XID_CRITICAL_ERROR)) continue;
+        *data = (nvmlEventData_t){&devices[gpu], EVENT_XID_CRITICAL_ERROR, cfg.xids[i].code, 0xFFFFFFFFu, 0xFFFFFFFFu};
+        memmove(&cfg.xids[i], &cfg.xids[i + 1], (cfg.nxids - i - 1) * sizeof cfg.xids[0]);
+        cfg.nxids--;
+        pthread_mutex_unlock(&lock);
+        return NVML_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    for (int gpu = 0; gpu < cfg.gpus; gpu++)
+        if (set->registered[gpu] && (cfg.lost & (1u << gpu))) return NVML_ERROR_GPU_IS_LOST;
+    if (timeout_ms) {
+        struct timespec wait = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+        nanosleep(&wait, NULL);
+    }
+    return NVML_ERROR_TIMEOUT;
+}

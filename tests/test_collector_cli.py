@@ -1,0 +1,192 @@
+"""`python -m collectors` as a real process: output, errors, signals, a Redis outage."""
+
+import ctypes
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from collectors.cli import next_deadline
+from gpulse.keys import Keys
+from gpulse.redis_server import EmbeddedRedis
+from gpulse.schema import parse
+
+ROOT = Path(__file__).resolve().parent.parent
+COLLECTOR = [sys.executable, "-m", "collectors"]
+
+
+def collector(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([*COLLECTOR, *args], cwd=ROOT, capture_output=True, timeout=timeout)
+
+
+def start_collector(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([*COLLECTOR, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def stop(process: subprocess.Popen, sig=signal.SIGTERM) -> tuple[int, str, str]:
+    process.send_signal(sig)
+    out, err = process.communicate(timeout=10)
+    return process.returncode, out.decode(), err.decode()
+
+
+def wait_for(predicate, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_once_stdout_prints_one_valid_sample_per_node():
+    result = collector("--source", "simulated", "--nodes", "2", "--gpus-per-node", "8", "--once", "--stdout")
+    assert result.returncode == 0, result.stderr.decode()
+    samples = [parse(line) for line in result.stdout.splitlines()]
+    assert [s["node"] for s in samples] == ["sim-01", "sim-02"]
+    assert all(len(s["gpus"]) == 8 for s in samples)
+    assert result.stderr == b""
+
+
+def test_the_collector_never_imports_django():
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['collectors', '--source', 'simulated', '--nodes', '2', '--once', '--stdout']\n"
+        "try:\n"
+        "    runpy.run_module('collectors', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == 0, exc.code\n"
+        "sys.stderr.write('modules: ' + ' '.join(sorted(sys.modules)) + '\\n')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, timeout=30)
+    assert result.returncode == 0, result.stderr.decode()
+    modules = result.stderr.decode().split("modules: ")[1].split()
+    assert "collectors.simulated" in modules and "orjson" in modules
+    assert not [m for m in modules if m == "django" or m.startswith("django.")]
+    assert len(result.stdout.splitlines()) == 2
+
+
+def test_faults_from_the_command_line_reach_the_samples():
+    result = collector("--source", "simulated", "--nodes", "2", "--once", "--stdout",
+                       "--fault", "sim-01/3=lost", "--fault", "sim-02=dead")
+    assert result.returncode == 0, result.stderr.decode()
+    (sample,) = [parse(line) for line in result.stdout.splitlines()]
+    assert sample["node"] == "sim-01" and sample["gpus"][3]["lost"] is True
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--fault", "sim-01/0=melt"], "unknown fault 'melt'"),
+    (["--fault", "sim-07=hot"], "no node 'sim-07'"),
+    (["--fault", "sim-01"], "expected NODE[/GPU]=FAULT"),
+    (["--interval", "0"], "must be greater than 0"),
+    (["--nodes", "many"], "is not a whole number"),
+])
+def test_bad_arguments_exit_2_with_the_reason(args, message):
+    result = collector("--source", "simulated", "--once", "--stdout", *args)
+    assert result.returncode == 2
+    stderr = result.stderr.decode()
+    assert message in stderr.splitlines()[-1] and "Traceback" not in stderr
+
+
+def nvml_present() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(nvml_present(), reason="this machine has an NVIDIA driver")
+def test_once_without_a_driver_exits_2_with_one_line():
+    result = collector("--source", "nvml", "--once", "--stdout")
+    assert result.returncode == 2
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpulse collector: ") and "NVML" in lines[0]
+    assert result.stdout == b""
+
+
+@pytest.mark.skipif(nvml_present(), reason="this machine has an NVIDIA driver")
+def test_without_once_a_missing_driver_is_retried_with_backoff_until_stopped():
+    process = start_collector("--source", "nvml", "--stdout")
+    time.sleep(3.5)
+    assert process.poll() is None, "the collector must keep retrying, not exit"
+    started = time.monotonic()
+    returncode, _, err = stop(process, signal.SIGINT)
+    assert returncode == 0 and time.monotonic() - started < 3, "a stop must not wait out the backoff"
+    delays = [line.rsplit("retrying in ", 1)[1] for line in err.splitlines() if "retrying in" in line]
+    # Attempts at about 0, 1 and 3 s after start-up: the delay doubles.
+    assert len(delays) >= 2 and delays == ["1 s", "2 s", "4 s", "8 s"][:len(delays)]
+    assert "Traceback" not in err
+
+
+def test_samples_keep_a_fixed_cadence_without_drift():
+    process = start_collector("--source", "simulated", "--nodes", "1", "--gpus-per-node", "2",
+                              "--interval", "0.2", "--stdout")
+    time.sleep(2.1)
+    returncode, out, err = stop(process)
+    assert returncode == 0, err
+    ts = [parse(line)["ts"] for line in out.splitlines()]
+    assert len(ts) >= 8
+    for k, t in enumerate(ts):
+        assert abs(t - ts[0] - 0.2 * k) < 0.12, f"sample {k} is {t - ts[0] - 0.2 * k:+.3f} s off the grid"
+
+
+def test_next_deadline_stays_on_the_grid_and_skips_missed_ticks():
+    assert next_deadline(10.0, 1.0, 10.3) == (11.0, 0)
+    assert next_deadline(10.0, 1.0, 11.0) == (11.0, 0)
+    assert next_deadline(10.0, 1.0, 11.2) == (12.0, 1)
+    assert next_deadline(10.0, 0.5, 12.1) == (12.5, 4)
+
+
+def test_once_into_redis_applies_the_faults_in_the_redis_hash(redis_client, redis_url):
+    redis_client.hset(Keys().simulator_faults, mapping={"sim-01/1": "lost", "sim-02": "dead"})
+    result = collector("--source", "simulated", "--nodes", "2", "--once", "--redis-url", redis_url)
+    assert result.returncode == 0, result.stderr.decode()
+    entries = redis_client.xrange(Keys().telemetry)
+    assert len(entries) == 1
+    sample = parse(entries[0][1][b"s"])
+    assert sample["node"] == "sim-01" and sample["gpus"][1]["lost"] is True
+    assert 1 <= redis_client.ttl(Keys().node("sim-01")) <= 3
+    assert not redis_client.exists(Keys().node("sim-02"))
+
+
+def test_once_reports_when_redis_is_unreachable():
+    result = collector("--source", "simulated", "--once", "--redis-url", EmbeddedRedis().url)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines()[-1].endswith("unreachable; the sample was not written")
+
+
+def test_it_keeps_sampling_through_a_redis_outage_and_delivers_the_backlog():
+    server = EmbeddedRedis().start()
+    process = start_collector("--source", "simulated", "--nodes", "2", "--gpus-per-node", "2",
+                              "--interval", "0.2", "--redis-url", server.url)
+    try:
+        with redis.Redis.from_url(server.url) as client:
+            wait_for(lambda: client.xlen(Keys().telemetry) >= 4)
+        server.stop()
+        outage_start = time.time()
+        time.sleep(3)
+        outage_end = time.time()
+        assert process.poll() is None, "the collector must survive the outage"
+        server.start()
+        with redis.Redis.from_url(server.url) as client:
+            # The restarted server kept nothing: what it holds was sampled during or after the outage.
+            entries = wait_for(lambda: [parse(f[b"s"]) for _, f in client.xrange(Keys().telemetry)
+                                        if parse(f[b"s"])["ts"] > outage_end + 0.5])
+            samples = [parse(f[b"s"]) for _, f in client.xrange(Keys().telemetry)]
+            assert entries
+            assert client.exists(Keys().node("sim-01"))
+        during = [s for s in samples if outage_start + 0.3 < s["ts"] < outage_end - 0.3]
+        assert len(during) >= 18, "about 2 nodes x 5 samples a second of the outage were buffered"
+        ts = [s["ts"] for s in samples if s["node"] == "sim-01"]
+        assert ts == sorted(ts), "the backlog is written in order"
+    finally:
+        returncode, _, err = stop(process)
+        server.stop()
+    assert returncode == 0, err
+    assert len([line for line in err.splitlines() if "unreachable" in line]) == 1
+    assert "reachable again" in err

@@ -1,0 +1,354 @@
+"""The nvml source against a fake libnvidia-ml.so.1 driven by the real nvidia-ml-py binding.
+
+The fake's readings are fixed (tests/fake_nvml/fake_nvml.c): GPU i reports
+utilization 90+i %, 612400+1000*i mW, PCIe 1171875 KB/s TX, and so on.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from collectors.nvml import TIMED_OUT, NvmlSource
+from collectors.sources import SourceUnavailable
+from gpulse import schema
+from tests import fake_nvml
+
+REPO = Path(__file__).resolve().parent.parent
+MISSING_PID = 999_999_999  # above any pid_max, so never a live process
+ALL_READINGS = ["util", "memory", "temp", "power", "power_limit", "clocks", "fan", "throttle", "ecc", "pcie",
+                "nvlink", "events", "procs"]
+
+
+@pytest.fixture(scope="module")
+def fake_library():
+    library = fake_nvml.preload()
+    import pynvml
+
+    if pynvml.nvmlLib is not None and not hasattr(pynvml.nvmlLib, "fakeNvmlConfigure"):
+        pytest.skip("this process already loaded a real NVML library")
+    return library
+
+
+@pytest.fixture
+def open_source(fake_library, monkeypatch):
+    """Return a function that configures the fake and opens an NvmlSource on it."""
+    sources = []
+
+    def open_(read_timeout=None, **settings):
+        monkeypatch.setenv("FAKE_NVML_CONFIG", fake_nvml.config(**settings))
+        source = NvmlSource("gpu-01", 1.0, read_timeout=read_timeout)
+        sources.append(source)
+        return source
+
+    yield open_
+    for source in sources:
+        source.close()
+
+
+def only_sample(source) -> dict:
+    samples = source.sample()
+    assert len(samples) == 1
+    return samples[0]
+
+
+def assert_all_readings_null(gpu):
+    assert {name: gpu[name] for name in schema.GPU_METRIC_NAMES} == dict.fromkeys(schema.GPU_METRIC_NAMES)
+    assert gpu["throttle"] is None
+    assert gpu["processes"] is None
+
+
+def assert_full(gpu, index):
+    assert gpu["lost"] is False
+    assert "error" not in gpu
+    assert gpu["uuid"] == f"GPU-fa4e0000-0000-4000-8000-{index:012d}"
+    assert gpu["util"] == 90 + index
+    assert gpu["power"] == (612400 + 1000 * index) / 1000
+
+
+def test_it_reports_every_reading_in_schema_units(open_source):
+    source = open_source(gpus=2, throttle="0x4")
+    sample = only_sample(source)
+
+    assert sample["v"] == 1 and sample["node"] == "gpu-01" and sample["interval"] == 1.0
+    assert abs(sample["ts"] - time.time()) < 5
+    gpu0, gpu1 = sample["gpus"]
+    assert gpu0 == {
+        "index": 0,
+        "uuid": "GPU-fa4e0000-0000-4000-8000-000000000000",
+        "name": "NVIDIA H100 80GB HBM3",
+        "lost": False,
+        "util": 90,
+        "mem_util": 60,
+        "mem_used": 61203283968,  # the v2 call: driver-reserved memory left out
+        "mem_total": 85520809984,
+        "temp": 60,
+        "power": 612.4,  # 612400 mW
+        "power_limit": 700.0,
+        "sm_clock": 1980,
+        "mem_clock": 2619,
+        "fan": 40,
+        "throttle": ["sw_power_cap"],
+        "ecc_uncorrected": 0,
+        "xid": [],
+        "pcie_tx": 1.2e9,  # 1171875 KB/s
+        "pcie_rx": 3.2e9,  # 3125000 KB/s
+        "nvlink_tx": None,  # a rate needs two reads of the counters
+        "nvlink_rx": None,
+        "processes": [],
+    }
+    assert (gpu1["index"], gpu1["util"], gpu1["temp"], gpu1["power"], gpu1["fan"]) == (1, 91, 61, 613.4, 41)
+    assert gpu1["mem_used"] == 61203283968 + 2**30
+    assert gpu1["ecc_uncorrected"] == 1  # uncorrected volatile; other counters answer 1000+
+
+    host = sample["host"]
+    assert 0 <= host["cpu_util"] <= 100
+    assert 0 < host["mem_used"] < host["mem_total"]
+    assert schema.parse(schema.encode(sample)) == sample
+
+
+def test_unsupported_readings_are_null_not_zero(open_source):
+    source = open_source(gpus=1, unsupported=ALL_READINGS)
+    sample = only_sample(source)
+
+    gpu = sample["gpus"][0]
+    assert_all_readings_null(gpu)
+    assert gpu["xid"] == []
+    assert gpu["uuid"] == "GPU-fa4e0000-0000-4000-8000-000000000000"
+    assert gpu["lost"] is False and "error" not in gpu
+    assert schema.parse(schema.encode(sample)) == sample
+
+
+def test_a_fan_less_gpu_reports_null_fan_and_everything_else(open_source):
+    gpu = only_sample(open_source(gpus=1, unsupported=["fan"]))["gpus"][0]
+
+    assert gpu["fan"] is None
+    assert gpu["temp"] == 60 and gpu["power"] == 612.4
+
+
+def test_a_lost_gpu_stays_in_the_sample_and_the_others_report_fully(open_source):
+    source = open_source(gpus=4, lost=[2])
+    sample = only_sample(source)
+
+    assert [gpu["index"] for gpu in sample["gpus"]] == [0, 1, 2, 3]
+    lost = sample["gpus"][2]
+    assert lost["lost"] is True
+    assert lost["uuid"] is None  # lost before NVML could tell us
+    assert_all_readings_null(lost)
+    for index in (0, 1, 3):
+        assert_full(sample["gpus"][index], index)
+    assert schema.parse(schema.encode(sample)) == sample
+
+
+def test_a_gpu_lost_between_samples_keeps_its_uuid_and_reports_its_last_xid(open_source, fake_library):
+    source = open_source(gpus=2)
+    assert only_sample(source)["gpus"][1]["lost"] is False
+
+    fake_nvml.configure(fake_library, fake_nvml.config(gpus=2, lost=[1], xid=["1:79"]))
+    gpu0, gpu1 = only_sample(source)["gpus"]
+
+    assert gpu1["lost"] is True
+    assert gpu1["uuid"] == "GPU-fa4e0000-0000-4000-8000-000000000001"
+    assert gpu1["xid"] == [79]  # "GPU has fallen off the bus"
+    assert_all_readings_null(gpu1)
+    assert_full(gpu0, 0)
+
+
+def test_xid_events_are_reported_once_on_their_gpu(open_source):
+    source = open_source(gpus=2, xid=["1:48", "1:63"])
+
+    first = only_sample(source)["gpus"]
+    second = only_sample(source)["gpus"]
+
+    assert (first[0]["xid"], first[1]["xid"]) == ([], [48, 63])
+    assert (second[0]["xid"], second[1]["xid"]) == ([], [])
+
+
+def test_throttle_reasons_are_decoded_by_name(open_source):
+    # sw_power_cap 0x4 | sw_thermal 0x20 | hw_thermal 0x40 | hw_power_brake 0x80 | board limit 0x200
+    gpu = only_sample(open_source(gpus=1, throttle="0x2e4"))["gpus"][0]
+
+    # board limit (0x200) is not one of the schema's reasons and is left out
+    assert gpu["throttle"] == ["sw_power_cap", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]
+
+
+def test_no_throttle_reason_is_an_empty_list_not_null(open_source):
+    assert only_sample(open_source(gpus=1, throttle="0"))["gpus"][0]["throttle"] == []
+
+
+def test_processes_are_named_from_proc_and_listed_once(open_source):
+    me = os.getpid()
+    source = open_source(gpus=2, procs=[f"0:{me}:60129542144:c", f"0:{me}:60129542144:g", f"1:{MISSING_PID}:na:c"])
+    gpu0, gpu1 = only_sample(source)["gpus"]
+
+    import pwd
+
+    assert gpu0["processes"] == [{
+        "pid": me,
+        "name": Path(f"/proc/{me}/comm").read_text().strip(),
+        "user": pwd.getpwuid(os.getuid()).pw_name,
+        "mem_used": 60129542144,
+    }]
+    # Gone (or in another PID namespace), and a driver that cannot tell its memory.
+    assert gpu1["processes"] == [{"pid": MISSING_PID, "name": None, "user": None, "mem_used": None}]
+
+
+def test_nvlink_throughput_is_computed_from_the_counters(open_source):
+    source = open_source(gpus=1)
+    only_sample(source)
+    time.sleep(0.05)
+    gpu = only_sample(source)["gpus"][0]
+
+    # 4 links x 2500000 KiB/s TX and 1250000 KiB/s RX
+    assert gpu["nvlink_tx"] == pytest.approx(4 * 2500000 * 1024, rel=1e-3)
+    assert gpu["nvlink_rx"] == pytest.approx(4 * 1250000 * 1024, rel=1e-3)
+
+
+def test_a_hung_gpu_costs_only_its_own_readings_and_is_not_read_again_until_it_returns(open_source, fake_library):
+    source = open_source(gpus=3, hang="1:1.0", read_timeout=0.2)
+    calls_before = fake_library.fakeNvmlUtilizationCalls(1)
+
+    started = time.monotonic()
+    sample = only_sample(source)
+    assert time.monotonic() - started < 0.6
+    stuck = sample["gpus"][1]
+    assert stuck["error"] == TIMED_OUT
+    assert stuck["uuid"] == "GPU-fa4e0000-0000-4000-8000-000000000001"  # learnt before the hung call
+    assert_all_readings_null(stuck)
+    assert_full(sample["gpus"][0], 0)
+    assert_full(sample["gpus"][2], 2)
+    assert schema.parse(schema.encode(sample)) == sample
+
+    started = time.monotonic()
+    assert only_sample(source)["gpus"][1]["error"] == TIMED_OUT
+    assert time.monotonic() - started < 0.6
+
+    # Nothing was queued behind the stuck call: when it returns, no second read starts.
+    fake_nvml.configure(fake_library, fake_nvml.config(gpus=3))
+    time.sleep(1.2)
+    assert fake_library.fakeNvmlUtilizationCalls(1) == calls_before + 1
+    assert_full(only_sample(source)["gpus"][1], 1)
+    assert fake_library.fakeNvmlUtilizationCalls(1) == calls_before + 2
+
+
+def test_driver_not_loaded_is_one_line(open_source):
+    with pytest.raises(SourceUnavailable) as raised:
+        open_source(gpus=1, init_error=9)  # NVML_ERROR_DRIVER_NOT_LOADED
+
+    message = str(raised.value)
+    assert message.startswith("NVML: driver not loaded")
+    assert "\n" not in message
+
+
+def test_nvml_going_away_while_sampling_raises_source_unavailable(open_source, fake_library):
+    source = open_source(gpus=2)
+    only_sample(source)
+
+    fake_nvml.configure(fake_library, fake_nvml.config(gpus=2, device_error=9))
+    with pytest.raises(SourceUnavailable, match="^NVML: driver not loaded"):
+        source.sample()
+    source.close()
+    source.close()  # safe twice
+
+
+def test_an_unexpected_nvml_error_nulls_readings_and_is_logged_once(open_source, fake_library, caplog):
+    source = open_source(gpus=1)
+    only_sample(source)
+
+    fake_nvml.configure(fake_library, fake_nvml.config(gpus=1, device_error=999))  # NVML_ERROR_UNKNOWN
+    first = only_sample(source)["gpus"][0]
+    warnings = len(caplog.records)
+    second = only_sample(source)["gpus"][0]
+
+    for gpu in (first, second):
+        assert gpu["lost"] is False
+        assert_all_readings_null(gpu)
+    assert any("nvmlDeviceGetUtilizationRates failed (Unknown Error)" in r.getMessage() for r in caplog.records)
+    assert len(caplog.records) == warnings  # nothing new the second time
+
+
+def test_one_sample_of_8_gpus_costs_under_2_percent_of_a_core_at_1_hz(open_source):
+    source = open_source(gpus=8, procs=[f"{i}:{os.getpid()}:1073741824:c" for i in range(8)])
+    only_sample(source)
+
+    rounds = 50
+    cpu = time.process_time()  # all threads of this process: the readers included
+    for _ in range(rounds):
+        source.sample()
+    per_sample = (time.process_time() - cpu) / rounds
+    assert per_sample < 0.020, f"{per_sample * 1000:.1f} ms CPU per sample"
+
+
+# --- subprocesses: the fake (or no NVML at all) on the library path ---
+
+PRINT_SAMPLE = (
+    "import json; from collectors.nvml import NvmlSource; from collectors.sources import SourceUnavailable\n"
+    "try:\n"
+    "    source = NvmlSource('gpu-01', 1.0)\n"
+    "except SourceUnavailable as exc:\n"
+    "    print('unavailable:', exc)\n"
+    "else:\n"
+    "    print(json.dumps(source.sample()[0]))\n"
+)
+
+
+def run_python(args, env, timeout=60):
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def env_without_nvml() -> dict:
+    return {key: value for key, value in os.environ.items() if key not in ("LD_LIBRARY_PATH", "FAKE_NVML_CONFIG")}
+
+
+def test_without_libnvidia_ml_the_source_is_unavailable_with_one_line():
+    result = run_python(["-c", PRINT_SAMPLE], env_without_nvml())
+
+    assert result.returncode == 0, result.stderr
+    if not result.stdout.startswith("unavailable:"):
+        pytest.skip("this machine has a real libnvidia-ml.so.1")
+    assert result.stdout == "unavailable: NVML: libnvidia-ml.so.1 not found — is the NVIDIA driver installed?\n"
+
+
+def test_an_older_driver_without_the_newer_entry_points_still_reports():
+    env = fake_nvml.subprocess_env(fake_nvml.config(gpus=1, throttle="0x24"), variant="r470")
+    result = run_python(["-c", PRINT_SAMPLE], env)
+
+    assert result.returncode == 0, result.stderr
+    gpu = json.loads(result.stdout)["gpus"][0]
+    assert gpu["mem_used"] == 61203283968 + 563085312  # the v1 call counts reserved memory as used
+    assert gpu["throttle"] == ["sw_power_cap", "sw_thermal_slowdown"]  # from ClocksThrottleReasons
+
+
+def collector_cli(*args):
+    if not (REPO / "collectors" / "__main__.py").exists():
+        pytest.fail("collectors/__main__.py is missing: `python -m collectors` is the collector's CLI")
+    return ["-m", "collectors", "--source", "nvml", "--node-name", "gpu-07", "--once", "--stdout", *args]
+
+
+def test_the_collector_cli_prints_a_valid_nvml_sample():
+    env = fake_nvml.subprocess_env(fake_nvml.config(gpus=8, lost=[5]))
+    result = run_python(collector_cli(), env)
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1
+    sample = schema.parse(lines[0])
+    assert sample["node"] == "gpu-07"
+    assert [gpu["lost"] for gpu in sample["gpus"]] == [False] * 5 + [True] + [False] * 2
+    assert sample["gpus"][0]["power"] == 612.4
+
+
+def test_the_collector_cli_without_nvml_exits_non_zero_with_one_line():
+    result = run_python(collector_cli(), env_without_nvml())
+
+    if result.returncode == 0:
+        pytest.skip("this machine has a real libnvidia-ml.so.1")
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "libnvidia-ml.so.1 not found" in lines[0]

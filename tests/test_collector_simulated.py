@@ -1,0 +1,333 @@
+"""The simulated fleet: valid samples, believable dynamics, faults, faults from Redis."""
+
+import logging
+import statistics
+import time
+
+import pytest
+import redis
+
+from collectors.simulated import SimulatedFleet, redis_fault_reader
+from gpulse.keys import Keys
+from gpulse.redis_server import EmbeddedRedis
+from gpulse.schema import GPU_METRIC_NAMES, encode, parse
+
+# name → (memory.total in bytes, power limit in W, max SM clock in MHz), as nvidia-smi shows them.
+REAL_SPECS = {
+    "NVIDIA H100 80GB HBM3": (81559 * 2**20, 700.0, 1980),
+    "NVIDIA A100-SXM4-80GB": (81920 * 2**20, 400.0, 1410),
+    "NVIDIA L40S": (46068 * 2**20, 350.0, 2520),
+    "NVIDIA RTX 6000 Ada Generation": (49140 * 2**20, 300.0, 2505),
+}
+GPU_FIELDS = {"index", "uuid", "name", "lost", *GPU_METRIC_NAMES, "throttle", "xid", "processes"}
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fleet_with_clock(nodes=2, gpus=8, seed=11, **kwargs):
+    clock = FakeClock()
+    return SimulatedFleet(nodes, gpus, 1.0, seed=seed, clock=clock, **kwargs), clock
+
+
+def advance(fleet, clock, seconds=1.0):
+    clock.now += seconds
+    return {sample["node"]: sample for sample in fleet.sample()}
+
+
+def run(fleet, clock, steps):
+    return [advance(fleet, clock) for _ in range(steps)]
+
+
+def test_every_sample_is_a_valid_v1_sample_with_every_field():
+    fleet = SimulatedFleet(4, 8, 1.0, seed=3)
+    samples = fleet.sample()
+    assert [s["node"] for s in samples] == ["sim-01", "sim-02", "sim-03", "sim-04"]
+    for sample in samples:
+        parsed = parse(encode(sample))
+        assert parsed["interval"] == 1.0
+        assert set(parsed["host"]) == {"cpu_util", "mem_used", "mem_total"}
+        assert [gpu["index"] for gpu in parsed["gpus"]] == list(range(8))
+        for gpu in parsed["gpus"]:
+            assert set(gpu) == GPU_FIELDS
+            assert gpu["uuid"].startswith("GPU-")
+
+
+def test_node_names_are_zero_padded_to_the_fleet_size():
+    assert SimulatedFleet(12, 1, 1.0, seed=1).node_names[::11] == ["sim-01", "sim-12"]
+    assert SimulatedFleet(1000, 1, 1.0, seed=1).node_names[::999] == ["sim-0001", "sim-1000"]
+    assert SimulatedFleet(3, 1, 1.0, seed=1, name_prefix="lab-").node_names[0] == "lab-01"
+
+
+def test_nodes_are_homogeneous_mix_models_and_carry_their_real_specs():
+    samples = SimulatedFleet(4, 8, 1.0, seed=5).sample()
+    models = set()
+    for sample in samples:
+        names = {gpu["name"] for gpu in sample["gpus"]}
+        assert len(names) == 1, "a node holds one GPU model"
+        models |= names
+        for gpu in sample["gpus"]:
+            mem_total, limit, _ = REAL_SPECS[gpu["name"]]
+            assert (gpu["mem_total"], gpu["power_limit"]) == (mem_total, limit)
+            sxm = "HBM" in gpu["name"] or "SXM" in gpu["name"]
+            # NVLink only on SXM modules; a fan speed only on the actively cooled RTX board.
+            assert (gpu["nvlink_tx"] is None) == (not sxm)
+            assert (gpu["fan"] is None) == ("RTX" not in gpu["name"])
+    assert models == set(REAL_SPECS)
+
+
+def test_uuids_are_stable_across_restarts_and_unique():
+    first = SimulatedFleet(2, 4, 1.0, seed=1).sample()
+    again = SimulatedFleet(2, 4, 1.0, seed=99).sample()
+    uuids = [gpu["uuid"] for sample in first for gpu in sample["gpus"]]
+    assert uuids == [gpu["uuid"] for sample in again for gpu in sample["gpus"]]
+    assert len(set(uuids)) == len(uuids)
+
+
+@pytest.fixture(scope="module")
+def hour():
+    """One simulated hour of a 4-node fleet, sampled every second."""
+    fleet, clock = fleet_with_clock(nodes=4, seed=7)
+    return run(fleet, clock, 3600)
+
+
+def gpu_series(hour, node, index):
+    return [step[node]["gpus"][index] for step in hour]
+
+
+def all_gpus(hour):
+    return [gpu for step in hour for sample in step.values() for gpu in sample["gpus"]]
+
+
+def test_readings_stay_within_the_hardware_limits(hour):
+    for gpu in all_gpus(hour):
+        assert 0 <= gpu["util"] <= 100 and 0 <= gpu["mem_util"] <= 100
+        assert 0 < gpu["power"] <= gpu["power_limit"]
+        assert 0 < gpu["mem_used"] <= gpu["mem_total"]
+        assert sum(p["mem_used"] for p in gpu["processes"]) <= gpu["mem_used"]
+        assert 20 <= gpu["temp"] < 85
+
+
+def test_idle_gpus_report_gpu_idle_and_busy_ones_run_processes(hour):
+    gpus = all_gpus(hour)
+    idle = [gpu for gpu in gpus if not gpu["processes"]]
+    busy = [gpu for gpu in gpus if gpu["processes"]]
+    assert idle and busy
+    assert all(gpu["util"] == 0 and "gpu_idle" in gpu["throttle"] for gpu in idle)
+    assert all("gpu_idle" not in gpu["throttle"] for gpu in busy)
+    assert statistics.mean(gpu["util"] for gpu in busy) > 70
+    for gpu in busy:
+        (process,) = gpu["processes"]
+        assert process["name"] == "python" and process["user"] and process["pid"] > 0
+
+
+def test_jobs_start_and_stop_with_memory_steps(hour):
+    starts = stops = 0
+    for node in hour[0]:
+        for index in range(8):
+            series = gpu_series(hour, node, index)
+            for before, after in zip(series, series[1:]):
+                if not before["processes"] and after["processes"]:
+                    starts += 1
+                    assert after["mem_used"] - before["mem_used"] > 5 * 2**30
+                if before["processes"] and not after["processes"]:
+                    stops += 1
+                    assert before["mem_used"] - after["mem_used"] > 5 * 2**30
+    assert starts >= 5 and stops >= 5
+
+
+def test_clocks_drop_under_the_power_cap(hour):
+    capped = [gpu for gpu in all_gpus(hour) if "sw_power_cap" in gpu["throttle"]]
+    full_speed = [gpu for gpu in all_gpus(hour) if gpu["processes"] and not gpu["throttle"]]
+    assert len(capped) > 100 and full_speed
+    for gpu in capped:
+        assert gpu["sm_clock"] < REAL_SPECS[gpu["name"]][2]
+        assert gpu["power"] >= 0.95 * gpu["power_limit"]
+    assert all(gpu["sm_clock"] == REAL_SPECS[gpu["name"]][2] for gpu in full_speed)
+
+
+def test_temperature_follows_power_with_a_thermal_lag(hour):
+    jumps = 0
+    for node in hour[0]:
+        for index in range(8):
+            series = gpu_series(hour, node, index)
+            for k in range(30, len(series) - 60):
+                quiet_before = all(g["power"] < 0.4 * g["power_limit"] for g in series[k - 30:k])
+                busy_after = all(g["power"] > 0.6 * g["power_limit"] for g in series[k:k + 60])
+                if quiet_before and busy_after:
+                    jumps += 1
+                    start = series[k - 1]["temp"]
+                    first, later = series[k]["temp"] - start, series[k + 59]["temp"] - start
+                    assert later >= 8
+                    assert first <= 0.25 * later, "temperature must not jump with power"
+    assert jumps >= 3
+
+
+def test_nvlink_and_pcie_traffic_follow_activity(hour):
+    gpus = all_gpus(hour)
+    idle = [gpu for gpu in gpus if not gpu["processes"]]
+    busy = [gpu for gpu in gpus if gpu["processes"] and gpu["util"] > 80]
+    assert max(gpu["pcie_rx"] for gpu in idle) < statistics.median(gpu["pcie_rx"] for gpu in busy)
+    assert all(gpu["nvlink_tx"] in (0, None) for gpu in idle)
+    assert any(gpu["nvlink_tx"] and gpu["nvlink_tx"] > 1e9 for gpu in busy)
+
+
+def test_a_hot_gpu_overheats_and_throttles_then_cools_when_cleared():
+    fleet, clock = fleet_with_clock()
+    fleet.inject("sim-01", 3, "hot")
+    for step in range(60):
+        gpus = advance(fleet, clock)["sim-01"]["gpus"]
+        if gpus[3]["temp"] >= 91:
+            break
+    assert gpus[3]["temp"] >= 91, f"still {gpus[3]['temp']} °C after {step + 1} s"
+    assert {"sw_thermal_slowdown", "hw_thermal_slowdown"} <= set(gpus[3]["throttle"])
+    assert all(gpu["temp"] < 85 for gpu in gpus if gpu["index"] != 3)
+    if gpus[3]["processes"]:
+        assert gpus[3]["sm_clock"] < 0.7 * REAL_SPECS[gpus[3]["name"]][2]
+    for _ in range(60):
+        assert advance(fleet, clock)["sim-01"]["gpus"][3]["temp"] <= 96
+
+    fleet.inject("sim-01", 3, "clear")
+    for _ in range(120):
+        gpu = advance(fleet, clock)["sim-01"]["gpus"][3]
+        if gpu["temp"] < 80:
+            break
+    assert gpu["temp"] < 80
+    assert not {"sw_thermal_slowdown", "hw_thermal_slowdown"} & set(gpu["throttle"])
+
+
+def test_xid_is_reported_while_set():
+    fleet, clock = fleet_with_clock()
+    fleet.inject("sim-02", 0, "xid")
+    fleet.inject("sim-01", None, "xid:79")
+    for _ in range(2):
+        samples = advance(fleet, clock)
+        assert [gpu["xid"] for gpu in samples["sim-02"]["gpus"]] == [[48]] + [[]] * 7
+        assert all(gpu["xid"] == [79] for gpu in samples["sim-01"]["gpus"])
+    fleet.inject("sim-02", 0, "clear")
+    assert advance(fleet, clock)["sim-02"]["gpus"][0]["xid"] == []
+
+
+def test_ecc_errors_count_up_while_set_and_reset_when_cleared():
+    fleet, clock = fleet_with_clock()
+    fleet.inject("sim-01", 1, "ecc")
+    counts = [advance(fleet, clock)["sim-01"]["gpus"][1]["ecc_uncorrected"] for _ in range(120)]
+    assert counts[0] == 1
+    assert counts == sorted(counts) and counts[-1] > 3
+    assert advance(fleet, clock)["sim-01"]["gpus"][0]["ecc_uncorrected"] == 0
+    fleet.inject("sim-01", 1, "clear")
+    assert advance(fleet, clock)["sim-01"]["gpus"][1]["ecc_uncorrected"] == 0
+
+
+def test_a_lost_gpu_stays_listed_with_nulls_and_its_job_dies():
+    fleet, clock = fleet_with_clock(seed=2)
+    before = advance(fleet, clock)["sim-01"]["gpus"]
+    fleet.inject("sim-01", 2, "lost")
+    gpus = advance(fleet, clock)["sim-01"]["gpus"]
+    assert len(gpus) == 8
+    lost = gpus[2]
+    assert lost["lost"] is True and lost["index"] == 2 and lost["uuid"] == before[2]["uuid"]
+    assert all(lost[field] is None for field in GPU_FIELDS - {"index", "uuid", "name", "lost"})
+    assert all(gpu["lost"] is False and gpu["temp"] is not None for gpu in gpus if gpu["index"] != 2)
+    parse(encode(advance(fleet, clock)["sim-01"]))
+
+    fleet.inject("sim-01", 2, "clear")
+    back = advance(fleet, clock)["sim-01"]["gpus"][2]
+    assert back["lost"] is False and back["processes"] == [] and back["util"] == 0
+
+
+def test_a_dead_node_stops_reporting_until_cleared():
+    fleet, clock = fleet_with_clock()
+    fleet.inject("sim-02", None, "dead")
+    assert list(advance(fleet, clock)) == ["sim-01"]
+    fleet.inject("sim-02", None, "clear")
+    assert list(advance(fleet, clock)) == ["sim-01", "sim-02"]
+
+
+def test_clearing_a_node_clears_its_gpus_too():
+    fleet, clock = fleet_with_clock()
+    fleet.inject("sim-01", 4, "lost")
+    fleet.inject("sim-01", 5, "xid")
+    fleet.inject("sim-02", 1, "lost")
+    fleet.inject("sim-01", None, "clear")
+    samples = advance(fleet, clock)
+    assert not any(gpu["lost"] or gpu["xid"] for gpu in samples["sim-01"]["gpus"])
+    assert samples["sim-02"]["gpus"][1]["lost"] is True
+
+
+@pytest.mark.parametrize("node, gpu, fault, message", [
+    ("sim-09", None, "hot", "no node 'sim-09'"),
+    ("sim-01", 8, "hot", "GPUs 0..7"),
+    ("sim-01", 0, "melt", "unknown fault 'melt'"),
+    ("sim-01", 0, "xid:abc", "Xid code"),
+])
+def test_inject_refuses_what_the_fleet_cannot_do(node, gpu, fault, message):
+    fleet, _ = fleet_with_clock()
+    with pytest.raises(ValueError, match=message):
+        fleet.inject(node, gpu, fault)
+
+
+def test_faults_come_from_the_redis_hash(redis_client, caplog):
+    key = Keys().simulator_faults
+    redis_client.hset(key, mapping={
+        "sim-01/2": "lost", "sim-02": "dead", "sim-01/5": "xid:79",
+        "sim-01/9": "hot", "sim-01/1": "melt", "other-07": "dead",
+    })
+    fleet, clock = fleet_with_clock(fault_reader=redis_fault_reader(redis_client, Keys()))
+    with caplog.at_level(logging.WARNING, logger="collectors.simulated"):
+        samples = advance(fleet, clock)
+        advance(fleet, clock)
+    assert list(samples) == ["sim-01"]
+    gpus = samples["sim-01"]["gpus"]
+    assert gpus[2]["lost"] is True and gpus[5]["xid"] == [79] and gpus[1]["lost"] is False
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, "each bad entry is logged once, not per sample"
+    assert any("sim-01/9" in w for w in warnings) and any("melt" in w for w in warnings)
+
+    redis_client.hdel(key, "sim-02", "sim-01/2")
+    samples = advance(fleet, clock)
+    assert list(samples) == ["sim-01", "sim-02"]
+    assert samples["sim-01"]["gpus"][2]["lost"] is False
+
+
+def test_a_fault_from_redis_wins_over_an_injected_one(redis_client):
+    redis_client.hset(Keys().simulator_faults, "sim-01/0", "clear")
+    fleet, clock = fleet_with_clock(fault_reader=redis_fault_reader(redis_client, Keys()))
+    fleet.inject("sim-01", 0, "lost")
+    fleet.inject("sim-01", 1, "lost")
+    gpus = advance(fleet, clock)["sim-01"]["gpus"]
+    assert gpus[0]["lost"] is False and gpus[1]["lost"] is True
+
+
+def test_sampling_keeps_the_last_faults_while_redis_is_away(caplog):
+    server = EmbeddedRedis().start()
+    try:
+        client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=1)
+        client.hset(Keys().simulator_faults, "sim-01/0", "lost")
+        fleet, clock = fleet_with_clock(fault_reader=redis_fault_reader(client, Keys()))
+        assert advance(fleet, clock)["sim-01"]["gpus"][0]["lost"] is True
+        server.stop()
+        with caplog.at_level(logging.WARNING, logger="collectors.simulated"):
+            for _ in range(3):
+                assert advance(fleet, clock)["sim-01"]["gpus"][0]["lost"] is True
+        assert len([r for r in caplog.records if "keeping the last known" in r.getMessage()]) == 1
+    finally:
+        server.stop()
+
+
+def test_a_thousand_nodes_of_eight_gpus_sample_well_inside_a_second():
+    fleet = SimulatedFleet(1000, 8, 1.0, seed=1)
+    fleet.sample()
+    timings = []
+    for _ in range(5):
+        started = time.perf_counter()
+        samples = fleet.sample()
+        timings.append(time.perf_counter() - started)
+    assert len(samples) == 1000 and sum(len(s["gpus"]) for s in samples) == 8000
+    # Typically 25-50 ms on a 2-core host; the bound leaves room for a busy CI machine.
+    assert statistics.median(timings) < 0.25
