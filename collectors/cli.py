@@ -3,6 +3,7 @@
 import argparse
 import gc
 import logging
+import math
 import os
 import select
 import signal
@@ -166,7 +167,10 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
         publisher = RedisPublisher(args.redis_url, Keys(), buffer_size=args.buffer_size)
     source: Source | None = None
     retry_delay = 1.0
-    deadline = time.monotonic()
+    # Deadlines sit on the wall clock's grid of whole intervals (as Telegraf's
+    # round_interval does): NTP-synced nodes then sample together, so ingest
+    # sees one burst per interval and sends its frame right after it.
+    deadline = math.floor(time.time() / args.interval) * args.interval
     try:
         while not stop.requested:
             try:
@@ -186,7 +190,7 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
                     source = None
                 stop.wait(retry_delay)
                 retry_delay = min(retry_delay * 2, SOURCE_RETRY_MAX)
-                deadline = time.monotonic()
+                deadline = math.floor(time.time() / args.interval) * args.interval
                 continue
             if retry_delay > 1.0:
                 log.info("%s source available again", args.source)
@@ -198,10 +202,11 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
                           file=sys.stderr)
                     return 1
                 return 0
-            deadline, missed = next_deadline(deadline, args.interval, time.monotonic())
+            deadline, missed = next_deadline(deadline, args.interval, time.time())
             if missed:
                 log.warning("sampling took longer than the %.2f s interval; skipped %d tick(s)", args.interval, missed)
-            stop.wait(deadline - time.monotonic())
+            # Capped, so a wall clock stepped backwards cannot stall sampling.
+            stop.wait(min(deadline - time.time(), args.interval))
     finally:
         if source is not None:
             source.close()

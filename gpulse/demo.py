@@ -1,5 +1,6 @@
 """`make demo`: the whole system on this machine with a simulated cluster."""
 
+import ctypes
 import os
 import signal
 import sys
@@ -7,6 +8,13 @@ import threading
 from pathlib import Path
 
 from gpulse.stack import ROOT, Stack
+
+
+def stop_with_parent() -> None:
+    """Get SIGTERM when `make` dies: make does not pass its own SIGTERM on to the recipe."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def main() -> int:
@@ -23,7 +31,8 @@ def main() -> int:
         sim_gpus=int(os.environ.get("GPULSE_SIM_GPUS", "8")),
     )
     stopping = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    stop_with_parent()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stopping.set())
     try:
         print(f"gpulse: starting (logs in {Path(state_dir).relative_to(ROOT)}/) ...", flush=True)

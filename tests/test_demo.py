@@ -1,0 +1,54 @@
+"""`make demo`'s program: everything up, the URL printed, everything gone on SIGTERM."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+
+from gpulse.redis_server import free_port
+from gpulse.stack import ROOT
+
+
+def test_the_demo_starts_the_whole_system_and_stops_every_process_on_sigterm():
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env.update(PORT=str(port), GPULSE_SIM_NODES="2", GPULSE_SIM_GPUS="4", GPULSE_ADMIN_PASSWORD="demo-pw-1234")
+    demo = subprocess.Popen([sys.executable, "-m", "gpulse.demo"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while not any("is running at" in line for line in lines):
+            assert time.monotonic() < deadline and demo.poll() is None, "".join(lines)
+            lines.append(demo.stdout.readline())
+        assert f"http://127.0.0.1:{port}/" in lines[-1]
+        children = psutil.Process(demo.pid).children(recursive=True)
+        names = " ".join(" ".join(c.cmdline()) for c in children)
+        for part in ("redis-server", "uvicorn", "manage.py ingest", "dashboard.control_worker", "node.sim-01",
+                     "node.sim-02", "collectors"):
+            assert part in names, f"{part} is not running"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                health = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5))
+            except urllib.error.HTTPError as exc:
+                health = json.load(exc)
+            if health["ok"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert health["ok"], health
+        assert "2 nodes" in health["checks"]["ingest"]["detail"]
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(30) == 0
+        time.sleep(0.5)
+        assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+        shutil.rmtree(ROOT / ".demo" / str(port), ignore_errors=True)
