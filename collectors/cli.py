@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import redis
 
+from collectors.probe import ProbeRunner
 from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
 from collectors.simulated import SimulatedFleet, parse_fault, parse_target, redis_fault_reader
 from collectors.sources import Source, SourceUnavailable
@@ -44,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="inject a fault into the simulated fleet: hot, xid[:CODE], ecc, lost, dead (repeatable)")
     parser.add_argument("--buffer-size", type=_positive_int, default=DEFAULT_BUFFER_SIZE,
                         help="samples kept while Redis is unreachable (default %(default)s)")
+    parser.add_argument("--probe-interval", type=float, default=600.0,
+                        help="seconds between NCCL bandwidth probes of each node (default 600; 0 disables)")
+    parser.add_argument("--probe-max-bytes", type=_positive_int, default=16 << 20,
+                        help="largest all-reduce message of a probe, in bytes (default 16 MiB)")
     parser.add_argument("--once", action="store_true", help="take one sample per node, publish it and exit")
     parser.add_argument("--stdout", action="store_true", help="print JSON lines instead of writing to Redis")
     return parser
@@ -98,6 +103,11 @@ def next_deadline(previous: float, interval: float, now: float) -> tuple[float, 
         return deadline, 0
     missed = int((now - deadline) // interval) + 1
     return deadline + missed * interval, missed
+
+
+# Simulated nodes all share this machine's CPU: their probes run two gloo
+# ranks each, not one per simulated GPU.
+SIMULATED_PROBE_RANKS = 2
 
 
 class StopSignal:
@@ -160,7 +170,8 @@ def nvml_source(args: argparse.Namespace) -> Source:
     return NvmlSource(args.node_name, args.interval)
 
 
-def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopSignal) -> int:
+def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopSignal,
+        probe: ProbeRunner | None = None) -> int:
     if args.stdout:
         publisher = StdoutPublisher()
     else:
@@ -171,6 +182,8 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
     # round_interval does): NTP-synced nodes then sample together, so ingest
     # sees one burst per interval and sends its frame right after it.
     deadline = math.floor(time.time() / args.interval) * args.interval
+    if probe is not None:
+        probe.start()
     try:
         while not stop.requested:
             try:
@@ -208,6 +221,8 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
             # Capped, so a wall clock stepped backwards cannot stall sampling.
             stop.wait(min(deadline - time.time(), args.interval))
     finally:
+        if probe is not None:
+            probe.stop()
         if source is not None:
             source.close()
         publisher.close()
@@ -225,16 +240,23 @@ def main(argv: list[str] | None = None) -> int:
             fleet = simulated_fleet(args, faults)
         except ValueError as exc:
             parser.error(str(exc))
+        nodes, probe_ranks = fleet.node_names, SIMULATED_PROBE_RANKS
 
         def open_source() -> Source:
             return fleet
     else:
+        nodes, probe_ranks = [args.node_name], None
+
         def open_source() -> Source:
             return nvml_source(args)
 
+    probe = None
+    if args.probe_interval > 0 and not (args.once or args.stdout):
+        probe = ProbeRunner(nodes, args.probe_interval, args.redis_url, args.probe_max_bytes, probe_ranks)
+
     try:
         with StopSignal() as stop:
-            return run(args, open_source, stop)
+            return run(args, open_source, stop, probe)
     except BrokenPipeError:
         # The reader of --stdout went away (e.g. `| head`): not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

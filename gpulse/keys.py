@@ -19,6 +19,10 @@ class Keys:
     def probes(self) -> str:
         return f"{self.prefix}probes"
 
+    def probe_history(self, name: str) -> str:
+        """List of the node's latest probe results, newest first."""
+        return f"{self.prefix}probes:{name}"
+
     def node(self, name: str) -> str:
         return f"{self.prefix}node:{name}"
 
@@ -62,6 +66,7 @@ INGEST_GROUP = "ingest"
 TELEMETRY_MAXLEN = 600_000
 PROBES_MAXLEN = 100_000
 JOB_EVENTS_MAXLEN = 10_000
+PROBE_HISTORY = 100
 # Points kept per node for the live charts: 15 minutes at 1 Hz.
 RECENT_POINTS = 900
 

@@ -59,13 +59,32 @@ def wait_for(job_id, statuses, timeout):
     raise AssertionError(f"job {job_id} still {job.status} after {timeout} s")
 
 
-def rank_processes():
+def ranks_of(node_workers) -> list[psutil.Process]:
+    """The rank processes the node workers run now."""
     found = []
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = process.info["cmdline"] or []
-        if "workers.allreduce" in cmdline:
-            found.append(process)
+    for worker in node_workers.processes.values():
+        for child in psutil.Process(worker.pid).children(recursive=True):
+            if "workers.allreduce" in child.cmdline():
+                found.append(child)
     return found
+
+
+def wait_for_ranks(node_workers, count: int, timeout: float = 30) -> list[psutil.Process]:
+    deadline = time.time() + timeout
+    while len(ranks := ranks_of(node_workers)) < count:
+        assert time.time() < deadline, f"{count} rank processes did not start"
+        time.sleep(0.1)
+    return ranks
+
+
+def assert_gone(ranks: list[psutil.Process], timeout: float = 20) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        alive = [r for r in ranks if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"rank processes left behind: {alive}")
 
 
 def test_a_user_without_the_permission_gets_403(client, viewer, live_nodes):
@@ -124,7 +143,7 @@ def test_a_two_node_job_runs_real_ranks_and_records_nccl_tests_rows(
     assert api["status"] == "succeeded" and len(api["result"]["rows"]) == len(rows)
     kinds = [json.loads(f[b"e"])["kind"] for _, f in redis_client.xrange(Keys().job_events(job_id))]
     assert kinds.count("row") == len(rows) and kinds[-1] == "final"
-    assert not rank_processes()
+    assert not ranks_of(node_workers)
 
 
 def test_killing_a_node_worker_mid_job_fails_the_job_with_a_reason_and_leaves_no_rank(
@@ -135,6 +154,7 @@ def test_killing_a_node_worker_mid_job_fails_the_job_with_a_reason_and_leaves_no
     response = post(client, nodes=live_nodes, ranks_per_node=1, **{**SMALL, "max_bytes": "64M", "iters": 50,
                                                                     "timeout_seconds": 40})
     job_id = response.json()["id"]
+    ranks = wait_for_ranks(node_workers, 2)
     deadline = time.time() + 60
     while not redis_client.xlen(Keys().job_events(job_id)) and time.time() < deadline:
         time.sleep(0.2)  # rows flow: both nodes' ranks are in the collective
@@ -142,10 +162,7 @@ def test_killing_a_node_worker_mid_job_fails_the_job_with_a_reason_and_leaves_no
     job = wait_for(job_id, {"failed", "timed_out"}, timeout=40 + 30)
     assert job.reason, "a failed job must say why"
     assert "bench-a" in job.reason or "bench-b" in job.reason
-    deadline = time.time() + 15
-    while rank_processes() and time.time() < deadline:
-        time.sleep(0.5)
-    assert not rank_processes(), "rank processes were left behind"
+    assert_gone(ranks)
 
 
 def test_a_running_job_can_be_cancelled(client, operator, live_nodes, node_workers, control_worker, redis_client):
@@ -153,13 +170,10 @@ def test_a_running_job_can_be_cancelled(client, operator, live_nodes, node_worke
     client.force_login(operator)
     job_id = post(client, nodes=live_nodes, ranks_per_node=1,
                   **{**SMALL, "max_bytes": "256M", "iters": 200}).json()["id"]
-    wait_for(job_id, {"running"}, timeout=30)
+    ranks = wait_for_ranks(node_workers, 2)
     response = client.post(f"/api/v1/benchmarks/{job_id}/cancel")
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
-    deadline = time.time() + 20
-    while rank_processes() and time.time() < deadline:
-        time.sleep(0.5)
-    assert not rank_processes()
+    assert_gone(ranks)
     assert client.post(f"/api/v1/benchmarks/{job_id}/cancel").status_code == 409
 
 

@@ -1,0 +1,56 @@
+"""The periodic bandwidth probe runs real gloo ranks and lands in the probes stream."""
+
+import json
+import subprocess
+import sys
+import time
+
+import psutil
+
+from collectors.probe import ProbeRunner, probe_once
+from gpulse.keys import Keys
+from gpulse.stack import ROOT
+
+
+def test_one_probe_measures_real_bandwidth():
+    record = probe_once("sim-01", max_bytes=64 << 10, ranks=2, timeout=60)
+    assert record["status"] == "succeeded", record["reason"]
+    assert record["backend"] == "gloo" and record["world_size"] == 2
+    assert record["busbw"] > 0 and record["wrong"] == 0
+
+
+def test_the_runner_probes_each_node_into_the_stream_and_history(redis_client, redis_url):
+    runner = ProbeRunner(["sim-01", "sim-02"], interval=0.2, redis_url=redis_url, max_bytes=64 << 10, ranks=2)
+    runner.start()
+    keys = Keys()
+    deadline = time.time() + 60
+    while redis_client.xlen(keys.probes) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    runner.stop()
+    entries = [json.loads(fields[b"p"]) for _, fields in redis_client.xrange(keys.probes)]
+    assert {e["node"] for e in entries[:2]} == {"sim-01", "sim-02"}
+    latest = json.loads(redis_client.lindex(keys.probe_history("sim-01"), 0))
+    assert latest["status"] == "succeeded" and latest["busbw"] > 0
+    me = psutil.Process()
+    assert not [c for c in me.children(recursive=True) if "workers.allreduce" in " ".join(c.cmdline())]
+
+
+def test_the_collector_stops_promptly_even_mid_probe(redis_url, redis_client):
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "collectors", "--source", "simulated", "--nodes", "1", "--gpus-per-node", "2",
+         "--redis-url", redis_url, "--probe-interval", "0.5", "--probe-max-bytes", str(256 << 20)],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 30
+    ranks = []
+    while len(ranks) < 2 and time.time() < deadline:  # the probe's ranks start a 256 MiB sweep
+        ranks = [c for c in psutil.Process(collector.pid).children(recursive=True)
+                 if "workers.allreduce" in " ".join(c.cmdline())]
+        time.sleep(0.2)
+    assert len(ranks) == 2
+    started = time.time()
+    collector.terminate()
+    assert collector.wait(30) == 0
+    assert time.time() - started < 15
+    time.sleep(0.5)
+    assert not [r for r in ranks if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
