@@ -114,6 +114,9 @@ GPULSE_TICK = env_float("GPULSE_TICK", 1.0)
 # Seconds of ingest lag past which /healthz reports ingest as failing.
 GPULSE_INGEST_MAX_LAG = env_float("GPULSE_INGEST_MAX_LAG", 10.0)
 
+# A node whose newest bandwidth probe is this fraction below its own median is flagged.
+GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)
+
 # Benchmarks: where ranks meet (default: the job's first node, by name), the
 # port range to pick from, and the launch rate per user ("count/seconds").
 GPULSE_RENDEZVOUS_ADDR = env_str("GPULSE_RENDEZVOUS_ADDR", "")

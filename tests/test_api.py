@@ -76,6 +76,15 @@ def test_node_api_returns_rollup_history_since(client, alice, cluster):
     assert client.get("/api/v1/nodes/nope").status_code == 404
 
 
+def test_node_api_lists_its_probes_oldest_first(client, alice, cluster):
+    from collectors.probe import publish_probe
+
+    for busbw in (9.0, 11.0):
+        publish_probe(cluster, Keys(), {"v": 1, "node": "n1", "ts": time.time(), "busbw": busbw, "status": "succeeded"})
+    client.force_login(alice)
+    assert [p["busbw"] for p in client.get("/api/v1/nodes/n1").json()["probes"]] == [9.0, 11.0]
+
+
 def test_healthz_is_public_and_reports_each_part(client, redis_client):
     response = client.get("/healthz")
     body = response.json()

@@ -192,3 +192,32 @@ def test_it_recovers_when_redis_restarts_empty(make_ingest, frames):
         assert "n2" in ingest.state.nodes
     finally:
         server.stop()
+
+
+def probe(node, busbw, status="succeeded"):
+    return {"v": 1, "node": node, "ts": time.time(), "backend": "gloo", "world_size": 2, "busbw": busbw,
+            "status": status, "reason": None if status == "succeeded" else "rank 1 exited with code -9"}
+
+
+def test_a_node_whose_probe_falls_below_its_own_median_is_flagged(redis_client, make_ingest, frames):
+    from collectors.probe import publish_probe
+
+    ingest = make_ingest()
+    xadd(redis_client, schema.encode(sample("n1")))
+    ingest.read(block_ms=10)
+    ingest.emit(time.time())
+    for busbw in (10.0, 10.4, 9.8, 10.1):
+        publish_probe(redis_client, Keys(), probe("n1", busbw))
+    ingest.emit(time.time())
+    assert frames[-1]["nodes"]["n1"]["probe"] == {**frames[-1]["nodes"]["n1"]["probe"], "busbw": 10.1, "low": False}
+    publish_probe(redis_client, Keys(), probe("n1", 7.0))  # 30 % under a median of 10
+    ingest.emit(time.time())
+    flagged = frames[-1]["nodes"]["n1"]["probe"]
+    assert flagged["low"] and flagged["median"] == pytest.approx(10.05)
+    publish_probe(redis_client, Keys(), probe("n1", None, status="failed"))
+    ingest.emit(time.time())
+    assert frames[-1]["nodes"]["n1"]["probe"]["low"] and frames[-1]["nodes"]["n1"]["probe"]["status"] == "failed"
+    # A restarted ingest judges from the probe history at once.
+    restarted = make_ingest()
+    restarted.load_known_nodes()
+    assert restarted.probes.latest["n1"]["status"] == "failed"

@@ -59,3 +59,9 @@ def read_recent(name: str) -> list:
     """Return the node's recent compact points, oldest first."""
     points = redis_client().lrange(Keys().recent(name), 0, -1)
     return [orjson.loads(point) for point in reversed(points)]
+
+
+def read_probes(name: str) -> list[dict]:
+    """Return the node's recent bandwidth probe results, oldest first."""
+    records = redis_client().lrange(Keys().probe_history(name), 0, -1)
+    return [orjson.loads(record) for record in reversed(records)]

@@ -12,7 +12,9 @@ A frame is JSON:
 Rows hold one value per name in ``fields``, rounded to display precision
 (memory in MiB, power in whole watts); null where the GPU does not report it.
 ``meta`` (model, memory total in MiB, power limit in W, per GPU) comes with a
-node's first row and whenever it changes. A delta carries only the nodes that
+node's first row and whenever it changes. ``probe`` is the node's newest
+bandwidth probe: {"busbw", "median" (of its earlier probes), "low", "status",
+"ts"} (dashboard.live.probes), present once the node has been probed. A delta carries only the nodes that
 sent a sample this tick (with their ``ts``) or changed status. A down node's
 rows are all null: its last values are never shown as if current.
 """
@@ -75,7 +77,7 @@ class FrameBuilder:
         self.seq = 0
         self._meta: dict[str, list] = {}
 
-    def _node_entry(self, node: NodeState, firing: set, with_meta: bool) -> dict:
+    def _node_entry(self, node: NodeState, firing: set, probes: dict, with_meta: bool) -> dict:
         sample = node.sample
         entry = {
             "ts": sample["ts"],
@@ -85,20 +87,24 @@ class FrameBuilder:
         }
         if node.status == DOWN:
             entry["gpus"] = [[None] * len(FIELDS) for _ in sample["gpus"]]
+        if node.name in probes:
+            entry["probe"] = probes[node.name]
         meta = node_meta(sample)
         if with_meta or meta != self._meta.get(node.name):
             entry["meta"] = meta
             self._meta[node.name] = meta
         return entry
 
-    def delta(self, state: ClusterState, sampled: set[str], status_changed: list[str], firing: set, summary: dict) -> bytes:
+    def delta(self, state: ClusterState, sampled: set[str], changed: list[str], firing: set, probes: dict,
+              summary: dict) -> bytes:
+        """Frame the nodes that sent a sample or whose status or probe changed."""
         self.seq += 1
-        touched = sampled.union(status_changed)
-        nodes = {name: self._node_entry(state.nodes[name], firing, with_meta=False) for name in touched}
+        touched = sampled.union(changed)
+        nodes = {name: self._node_entry(state.nodes[name], firing, probes, with_meta=False) for name in touched}
         return self._encode("delta", nodes, summary)
 
-    def snapshot(self, state: ClusterState, firing: set, summary: dict) -> bytes:
-        nodes = {name: self._node_entry(node, firing, with_meta=True) for name, node in state.nodes.items()}
+    def snapshot(self, state: ClusterState, firing: set, probes: dict, summary: dict) -> bytes:
+        nodes = {name: self._node_entry(node, firing, probes, with_meta=True) for name, node in state.nodes.items()}
         return self._encode("snapshot", nodes, summary)
 
     def _encode(self, kind: str, nodes: dict, summary: dict) -> bytes:

@@ -18,6 +18,7 @@ import orjson
 import redis
 
 from dashboard.live.frames import FrameBuilder, gpu_row
+from dashboard.live.probes import ProbeTracker
 from dashboard.live.rollups import RollupAccumulator
 from dashboard.live.state import DOWN, ClusterState, NodeState
 from gpulse import schema
@@ -44,6 +45,7 @@ class Ingest:
         evaluator=None,
         summary: Callable[[], dict] | None = None,
         consumer: str | None = None,
+        probe_low_fraction: float = 0.2,
     ):
         self.redis = client
         self.publish = publish
@@ -56,6 +58,7 @@ class Ingest:
         self.state = ClusterState()
         self.frames = FrameBuilder()
         self.rollups = RollupAccumulator()
+        self.probes = ProbeTracker(client, self.keys, probe_low_fraction)
         self.sampled: set[str] = set()
         self.last_frame = 0.0
         self.last_reclaim = 0.0
@@ -80,6 +83,7 @@ class Ingest:
         if not known:
             return
         names = [name.decode() for name in known]
+        self.probes.seed(names)
         latest = self.redis.mget([self.keys.node(name) for name in names])
         now = self.clock()
         for name, raw in zip(names, latest):
@@ -172,12 +176,14 @@ class Ingest:
 
     def emit(self, now: float) -> None:
         changed = self.state.refresh_statuses(now)
+        changed += [node for node in self.probes.poll() if node in self.state.nodes]
         if self.evaluator is not None:
-            self.evaluator.evaluate(self.state, now)
+            self.evaluator.evaluate(self.state, now, probes=self.probes.busbw())
         firing = self.evaluator.firing_targets() if self.evaluator is not None else set()
         summary = self.summary()
-        delta = self.frames.delta(self.state, self.sampled, changed, firing, summary)
-        snapshot = self.frames.snapshot(self.state, firing, summary)
+        probes = self.probes.latest
+        delta = self.frames.delta(self.state, self.sampled, changed, firing, probes, summary)
+        snapshot = self.frames.snapshot(self.state, firing, probes, summary)
 
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.snapshot, snapshot)

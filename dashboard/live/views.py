@@ -5,7 +5,7 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.live.cluster import read_cluster, read_node, read_recent
+from dashboard.live.cluster import read_cluster, read_node, read_probes, read_recent
 from dashboard.live.health import health
 from dashboard.live.history import parse_time, rollup_history
 
@@ -43,6 +43,7 @@ def api_node(request, name):
     except ValueError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     node["history"] = rollup_history(name, since, until)
+    node["probes"] = read_probes(name)
     node["recent"] = read_recent(name) if request.GET.get("recent") == "1" else None
     return JsonResponse(node)
 

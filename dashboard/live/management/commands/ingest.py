@@ -34,6 +34,7 @@ class Command(BaseCommand):
             evaluator=AlertEvaluator(),
             summary=cluster_summary,
             consumer=consumer,
+            probe_low_fraction=settings.GPULSE_PROBE_LOW_FRACTION,
         )
         log.info("ingest %s reading %s every %.1f s", ingest.consumer, ingest.keys.telemetry, tick)
         try:
