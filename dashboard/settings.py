@@ -100,6 +100,18 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 REDIS_URL = env_str("REDIS_URL") or "redis://127.0.0.1:6379/0"
 GPULSE_REDIS_PREFIX = env_str("GPULSE_REDIS_PREFIX", "gpulse:")
 
+# Shared by every web process: login throttling counts failures here.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": f"{GPULSE_REDIS_PREFIX}cache",
+    }
+}
+GPULSE_LOGIN_FAILURES_PER_USER = 5
+GPULSE_LOGIN_FAILURES_PER_IP = 20
+GPULSE_LOGIN_LOCKOUT_SECONDS = 900
+
 # Pub/sub layer: ingest publishes one frame per tick to a group, and Redis
 # fans it out once per web process instead of once per browser.
 CHANNEL_LAYERS = {

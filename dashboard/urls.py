@@ -1,7 +1,10 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from dashboard.accounts.views import LoginView
+
 urlpatterns = [
+    path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("alerts/", include("dashboard.alerts.urls")),

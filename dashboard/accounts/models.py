@@ -27,3 +27,21 @@ class ApiToken(models.Model):
 
     def __str__(self):
         return f"{self.user} {self.name or self.token_hash[:8]}"
+
+
+class AuditEvent(models.Model):
+    """One change someone made: kept even when the user is deleted (username is copied)."""
+
+    created = models.DateTimeField(auto_now_add=True, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    username = models.CharField(max_length=150, blank=True)
+    action = models.CharField(max_length=64, help_text="e.g. benchmark.launch, rule.update, silence.create")
+    target = models.CharField(max_length=300, help_text="what it was done to, e.g. 'job 12'")
+    detail = models.JSONField(default=dict, blank=True)
+    ip = models.GenericIPAddressField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"{self.created:%Y-%m-%d %H:%M:%S} {self.username or '-'} {self.action} {self.target}"

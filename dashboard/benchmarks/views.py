@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from dashboard.accounts.audit import audit
 from dashboard.benchmarks.launch import LaunchForm, Refusal, cancel, launch
 from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.throughput import job_throughput
@@ -55,6 +56,7 @@ def job_list(request):
         if form.is_valid():
             outcome = launch(request.user, form.cleaned_data)
             if isinstance(outcome, BenchmarkJob):
+                audit(request, "benchmark.launch", f"job {outcome.pk}", nodes=outcome.nodes)
                 return redirect("benchmarks:detail", pk=outcome.pk)
             messages.error(request, outcome.message)
             status = outcome.status
@@ -75,7 +77,9 @@ def job_cancel(request, pk):
     if not request.user.has_perm(LAUNCH_PERMISSION):
         raise PermissionDenied("cancelling benchmarks needs the launch_benchmark permission")
     job = get_object_or_404(BenchmarkJob, pk=pk)
-    if not cancel(job):
+    if cancel(job):
+        audit(request, "benchmark.cancel", f"job {job.pk}")
+    else:
         messages.info(request, f"job {job.pk} had already ended")
     return redirect("benchmarks:detail", pk=pk)
 
@@ -108,6 +112,7 @@ def api_jobs(request):
     outcome = launch(request.user, form.cleaned_data)
     if isinstance(outcome, Refusal):
         return refusal_response(outcome)
+    audit(request, "benchmark.launch", f"job {outcome.pk}", nodes=outcome.nodes)
     response = JsonResponse({"id": outcome.pk, "status": outcome.status}, status=202)
     response["Location"] = reverse("benchmarks-api:detail", args=[outcome.pk])
     return response
@@ -129,5 +134,7 @@ def api_job_cancel(request, pk):
     if job is None:
         return JsonResponse({"error": f"no benchmark job {pk}"}, status=404)
     cancelled = cancel(job)
+    if cancelled:
+        audit(request, "benchmark.cancel", f"job {job.pk}")
     job.refresh_from_db()
     return JsonResponse(job_json(job), status=200 if cancelled else 409)
