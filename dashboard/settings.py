@@ -54,6 +54,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "dashboard.alerts.context_processors.firing_alerts",
             ],
         },
     },
@@ -134,6 +135,13 @@ GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)
 GPULSE_RENDEZVOUS_ADDR = env_str("GPULSE_RENDEZVOUS_ADDR", "")
 GPULSE_RENDEZVOUS_PORTS = tuple(int(p) for p in env_str("GPULSE_RENDEZVOUS_PORTS", "29500-29999").split("-"))
 GPULSE_BENCHMARK_RATE = env_str("GPULSE_BENCHMARK_RATE", "10/600")
+
+# Webhooks: loopback, private, link-local and other non-global targets are
+# refused unless allowed, all of them or a list of networks (CIDR).
+GPULSE_WEBHOOK_ALLOW_PRIVATE = env_bool("GPULSE_WEBHOOK_ALLOW_PRIVATE", False)
+GPULSE_WEBHOOK_ALLOWED_NETWORKS = env_list("GPULSE_WEBHOOK_ALLOWED_NETWORKS", [])
+# The dashboard's public address, for links in notifications (Alertmanager's externalURL).
+GPULSE_EXTERNAL_URL = env_str("GPULSE_EXTERNAL_URL", "")
 
 LOGGING = {
     "version": 1,

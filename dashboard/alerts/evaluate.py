@@ -1,0 +1,367 @@
+"""Alert evaluation, run by ingest once per tick.
+
+Each (rule, node, gpu) target moves inactive → pending → firing → resolved.
+Only targets that are pending or firing are kept in memory; the database is
+written only when one changes, in bulk, and every change is a compare-and-set
+on the Alert row (unique fingerprint): when two ingest processes evaluate the
+same cluster, one wins each transition and the other adopts the result, so
+each transition, and each notification, happens once.
+"""
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from django.db import transaction
+from django.db.models import Q
+
+from dashboard.alerts.conditions import CompiledRule, node_status_value
+from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition, fingerprint
+from dashboard.live.state import UP, ClusterState
+
+log = logging.getLogger(__name__)
+
+# Seconds between reloads of rules, silences and the active alerts from the
+# database: edits take effect within this, and per-tick work stays in memory.
+RELOAD_EVERY = 5.0
+QUIET = (INACTIVE, RESOLVED)
+ERROR_LOG_EVERY = 60.0
+
+# change: (old status in memory, new status)
+CHANGES = {
+    "start": (INACTIVE, PENDING),
+    "fire": (PENDING, FIRING),
+    "fire_now": (INACTIVE, FIRING),  # a rule without a `for` duration
+    "reset": (PENDING, INACTIVE),
+    "resolve": (FIRING, RESOLVED),
+    "renotify": (FIRING, FIRING),  # firing while silenced; the silence has ended
+    "repeat": (FIRING, FIRING),
+}
+
+
+def firing_count() -> int:
+    return Alert.objects.filter(status=FIRING).count()
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+def _enqueue_dispatch(transition_ids: list[int]) -> None:
+    from dashboard.alerts.tasks import dispatch
+
+    for transition_id in transition_ids:
+        try:
+            # retry=False: a broker outage must not stall the ingest tick.
+            dispatch.apply_async((transition_id,), retry=False)
+        except Exception:
+            log.exception("could not queue the notification of transition %s", transition_id)
+
+
+@dataclass
+class TargetState:
+    status: str  # PENDING or FIRING
+    since: float
+    alert_id: int
+    notified: bool = False
+    last_notified: float | None = None
+
+    @classmethod
+    def from_row(cls, row: Alert) -> "TargetState":
+        return cls(
+            status=row.status,
+            since=row.status_since.timestamp(),
+            alert_id=row.id,
+            notified=row.notified,
+            last_notified=row.last_notified_at.timestamp() if row.last_notified_at else None,
+        )
+
+
+@dataclass
+class Proposal:
+    key: tuple  # (rule id, node, gpu index or None)
+    change: str
+    value: float | None
+    reason: str
+    notify: bool = False
+    since: float | None = None  # when the old status began
+    repeat_interval: float = 0.0
+
+
+class AlertEvaluator:
+    def __init__(self, clock=time.time, enqueue=None, reload_every: float = RELOAD_EVERY):
+        self.clock = clock
+        self._enqueue = enqueue or _enqueue_dispatch
+        self._reload_every = reload_every
+        self._loaded_at: float | None = None
+        self._rules: dict[int, CompiledRule] = {}
+        self._silences: list[tuple[Silence, float]] = []
+        self._scopes: dict[str, tuple[tuple, tuple]] = {}
+        self._active: dict[tuple, TargetState] = {}
+        self._active_nodes: set[str] = set()
+        self._firing: frozenset = frozenset()
+        self._alert_ids: dict[tuple, int] = {}
+        self._warned_nodes: set[str] = set()
+        self._last_error_log = float("-inf")
+
+    # -- public -------------------------------------------------------------
+
+    def evaluate(self, state: ClusterState, now: float | None = None, probes: dict | None = None) -> None:
+        """Evaluate every enabled rule against ``state``; log and carry on on any error."""
+        now = self.clock() if now is None else now
+        try:
+            orphans = self._reload_if_due(now)
+            proposals = self._propose(state, now, probes or {})
+            proposals.update(orphans)
+            if proposals:
+                self._commit(list(proposals.values()), now)
+        except Exception:
+            # Once a minute at most: a database outage would otherwise log every tick.
+            if now - self._last_error_log >= ERROR_LOG_EVERY:
+                self._last_error_log = now
+                log.exception("alert evaluation failed; ingest continues and retries every tick")
+
+    def firing_targets(self) -> set[tuple[str, int | None]]:
+        """Return the (node, gpu index or None) targets with a firing alert; safe from another thread."""
+        return set(self._firing)
+
+    def _index_active(self) -> None:
+        self._active_nodes = {key[1] for key in self._active}
+        # Rebuilt whole and swapped in, so a reader in another thread never sees it half-made.
+        self._firing = frozenset((key[1], key[2]) for key, st in self._active.items() if st.status == FIRING)
+
+    # -- loading ------------------------------------------------------------
+
+    def _reload_if_due(self, now: float) -> dict:
+        if self._loaded_at is not None and 0 <= now - self._loaded_at < self._reload_every:
+            return {}
+        rules = {r.id: CompiledRule.compile(r) for r in Rule.objects.filter(enabled=True)}
+        silences = [(s, s.until.timestamp()) for s in Silence.objects.filter(until__gt=_dt(now))]
+        active = {}
+        for row in Alert.objects.filter(status__in=(PENDING, FIRING)):
+            key = (row.rule_id, row.node, row.gpu)
+            active[key] = TargetState.from_row(row)
+            self._alert_ids[key] = row.id
+        self._rules, self._silences, self._active = rules, silences, active
+        self._index_active()
+        self._scopes.clear()
+        self._warned_nodes.clear()
+        self._loaded_at = now
+        return self._orphans()
+
+    def _orphans(self) -> dict:
+        """End the alerts of rules that were disabled or no longer cover their target."""
+        ended = {}
+        for key, st in self._active.items():
+            rule = self._rules.get(key[0])
+            if rule is not None and rule.covers(key[1], key[2]):
+                continue
+            reason = "rule disabled or no longer covers this target"
+            if st.status == PENDING:
+                ended[key] = Proposal(key, "reset", None, reason, since=st.since)
+            else:
+                ended[key] = Proposal(key, "resolve", None, reason, notify=st.notified, since=st.since)
+        return ended
+
+    def _scope(self, node: str) -> tuple[tuple, tuple]:
+        """Return (GPU-level rules, node-level rules) that apply to ``node``, cached per reload."""
+        scope = self._scopes.get(node)
+        if scope is None:
+            rules = [r for r in self._rules.values() if r.rule.matches_node(node)]
+            scope = (tuple(r for r in rules if r.gpu_level), tuple(r for r in rules if not r.gpu_level))
+            self._scopes[node] = scope
+        return scope
+
+    # -- evaluation ---------------------------------------------------------
+
+    def _propose(self, state: ClusterState, now: float, probes: dict) -> dict:
+        out: dict[tuple, Proposal] = {}
+        for node in state.nodes.values():
+            try:
+                self._propose_node(node, now, probes, out)
+            except Exception as exc:
+                if node.name not in self._warned_nodes:
+                    self._warned_nodes.add(node.name)
+                    log.warning("alerts: skipping node %s, its sample cannot be evaluated: %r", node.name, exc)
+        return out
+
+    def _propose_node(self, node, now, probes, out):
+        name, status = node.name, node.status
+        gpu_rules, node_rules = self._scope(name)
+        for rule in node_rules:
+            if rule.metric == "probe.busbw":
+                if status != UP:
+                    continue
+                value = probes.get(name)
+            else:
+                value = node_status_value(rule.metric, status)
+            if value is None:
+                continue
+            if rule.test(value):
+                self._when_true(rule, (rule.id, name, None), value, now, out)
+            else:
+                self._when_false(rule, (rule.id, name, None), value, out)
+        # A stale or down node's last sample is not current: its GPU alerts keep
+        # their state (never resolve on vanished data) and node.down takes over.
+        if status != UP or not gpu_rules:
+            return
+        has_active = name in self._active_nodes
+        for gpu in node.sample.get("gpus") or ():
+            index = gpu.get("index")
+            for rule in gpu_rules:
+                if rule.gpu_index is not None and rule.gpu_index != index:
+                    continue
+                value = rule.read(gpu)
+                if value is None:
+                    continue
+                if rule.test(value):
+                    self._when_true(rule, (rule.id, name, index), value, now, out)
+                elif has_active:
+                    self._when_false(rule, (rule.id, name, index), value, out)
+
+    def _when_true(self, rule: CompiledRule, key, value, now, out):
+        st = self._active.get(key)
+        if st is None:
+            if rule.for_seconds <= 0:
+                out[key] = Proposal(key, "fire_now", value, rule.describe(value), notify=not self._silenced(key, now))
+            else:
+                out[key] = Proposal(key, "start", value, rule.describe(value))
+        elif st.status == PENDING:
+            held = now - st.since
+            if held >= rule.for_seconds:
+                reason = f"{rule.describe(value)}, held {held:.0f} s"
+                out[key] = Proposal(key, "fire", value, reason, notify=not self._silenced(key, now), since=st.since)
+        elif not self._silenced(key, now):
+            if not st.notified:
+                reason = f"{rule.describe(value)}, no longer silenced"
+                out[key] = Proposal(key, "renotify", value, reason, True, st.since)
+            elif st.last_notified is None or now - st.last_notified >= rule.repeat_interval:
+                reason = f"{rule.describe(value)}, still firing after {now - st.since:.0f} s"
+                out[key] = Proposal(key, "repeat", value, reason, True, st.since, rule.repeat_interval)
+
+    def _when_false(self, rule: CompiledRule, key, value, out):
+        st = self._active.get(key)
+        if st is None:
+            return
+        if st.status == PENDING:
+            reason = f"{rule.describe(value)}: condition false before its `for` elapsed"
+            out[key] = Proposal(key, "reset", value, reason, since=st.since)
+        else:
+            out[key] = Proposal(key, "resolve", value, f"{rule.describe(value)}: back to normal", st.notified, st.since)
+
+    def _silenced(self, key, now: float) -> bool:
+        rule_id, node, gpu = key
+        return any(until > now and s.matches(rule_id, node, gpu) for s, until in self._silences)
+
+    # -- persistence --------------------------------------------------------
+
+    def _commit(self, proposals: list[Proposal], now: float) -> None:
+        token = uuid.uuid4().hex
+        when = _dt(now)
+        with transaction.atomic():
+            # Ids of rows created here join self._alert_ids only once committed.
+            created = self._ensure_rows([p.key for p in proposals if p.key not in self._alert_ids], when)
+            alert_id = {p.key: created.get(p.key) or self._alert_ids[p.key] for p in proposals}
+            groups: dict[tuple, list[Proposal]] = {}
+            for p in proposals:
+                groups.setdefault((p.change, p.notify, p.repeat_interval), []).append(p)
+            for (change, notify, repeat_interval), members in groups.items():
+                match, update = self._compare_and_set(change, notify, repeat_interval, when)
+                Alert.objects.filter(match, id__in=[alert_id[p.key] for p in members]).update(claim=token, **update)
+            won = set(Alert.objects.filter(claim=token).values_list("id", flat=True))
+            winners = [p for p in proposals if alert_id[p.key] in won]
+            Alert.objects.bulk_update(
+                [Alert(id=alert_id[p.key], value=p.value) for p in winners if p.value is not None], ["value"]
+            )
+            rows = Transition.objects.bulk_create(
+                [
+                    Transition(
+                        alert_id=alert_id[p.key],
+                        old=CHANGES[p.change][0],
+                        new=CHANGES[p.change][1],
+                        reason=p.reason[:300],
+                        value=p.value,
+                        since=_dt(p.since) if p.since is not None else None,
+                        created=when,
+                        notify=p.notify,
+                    )
+                    for p in winners
+                ]
+            )
+            to_send = [row.id for row in rows if row.notify]
+            if to_send:
+                transaction.on_commit(lambda: self._enqueue(to_send))
+        self._alert_ids.update(created)
+        for p in winners:
+            self._apply(p, alert_id[p.key], now)
+        losers = {alert_id[p.key] for p in proposals} - won
+        if losers:
+            self._adopt(losers)
+        self._index_active()
+
+    def _ensure_rows(self, keys: list[tuple], when: datetime) -> dict[tuple, int]:
+        """Create the Alert rows ``keys`` lack (another evaluator may have made some); return their ids."""
+        if not keys:
+            return {}
+        by_fp = {fingerprint(*key): key for key in keys}
+        Alert.objects.bulk_create(
+            [
+                Alert(fingerprint=fp, rule_id=k[0], node=k[1], gpu=k[2], status=INACTIVE, status_since=when)
+                for fp, k in by_fp.items()
+            ],
+            ignore_conflicts=True,
+        )
+        rows = Alert.objects.filter(fingerprint__in=list(by_fp)).values_list("id", "fingerprint")
+        return {by_fp[fp]: pk for pk, fp in rows}
+
+    @staticmethod
+    def _compare_and_set(change: str, notify: bool, repeat_interval: float, when: datetime) -> tuple[Q, dict]:
+        """Return (the status the row must still have, the update) for one kind of change."""
+        if change == "start":
+            return Q(status__in=QUIET), {"status": PENDING, "status_since": when, "fired_at": None, "resolved_at": None}
+        if change in ("fire", "fire_now"):
+            expected = Q(status=PENDING) if change == "fire" else Q(status__in=QUIET)
+            return expected, {
+                "status": FIRING,
+                "status_since": when,
+                "fired_at": when,
+                "resolved_at": None,
+                "notified": notify,
+                "last_notified_at": when if notify else None,
+            }
+        if change == "reset":
+            return Q(status=PENDING), {"status": INACTIVE, "status_since": when}
+        if change == "resolve":
+            return Q(status=FIRING, notified=notify), {"status": RESOLVED, "status_since": when, "resolved_at": when}
+        if change == "renotify":
+            return Q(status=FIRING, notified=False), {"notified": True, "last_notified_at": when}
+        due = when - timedelta(seconds=repeat_interval)
+        return Q(status=FIRING, notified=True, last_notified_at__lte=due), {"last_notified_at": when}
+
+    def _apply(self, p: Proposal, alert_id: int, now: float) -> None:
+        if p.change == "start":
+            self._active[p.key] = TargetState(PENDING, now, alert_id)
+        elif p.change in ("fire", "fire_now"):
+            self._active[p.key] = TargetState(FIRING, now, alert_id, p.notify, now if p.notify else None)
+        elif p.change in ("reset", "resolve"):
+            self._active.pop(p.key, None)
+        else:
+            st = self._active[p.key]
+            st.notified, st.last_notified = True, now
+
+    def _adopt(self, alert_ids: set[int]) -> None:
+        """Take the database's word for alerts another evaluator changed first."""
+        found = set()
+        for row in Alert.objects.filter(id__in=alert_ids):
+            found.add(row.id)
+            key = (row.rule_id, row.node, row.gpu)
+            if row.status in (PENDING, FIRING):
+                self._active[key] = TargetState.from_row(row)
+            else:
+                self._active.pop(key, None)
+        gone = alert_ids - found
+        for key in [k for k, pk in self._alert_ids.items() if pk in gone]:
+            del self._alert_ids[key]
+            self._active.pop(key, None)

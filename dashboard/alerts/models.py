@@ -1,0 +1,257 @@
+"""Alert rules, their per-target state and history, silences and webhook endpoints.
+
+One Alert row per (rule, node, gpu), found by its fingerprint; its status is
+changed only by compare-and-set, so two ingest processes never both record
+the same transition. Each change is a Transition row (old, new, reason) that a
+sender claims with ``filter(id=x, processed=None).update(processed=now)``.
+"""
+
+import fnmatch
+import hashlib
+import secrets
+import uuid
+
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from gpulse.schema import THROTTLE_REASONS
+
+METRICS = (
+    ("gpu.util", "GPU utilization (%)"),
+    ("gpu.temp", "GPU temperature (°C)"),
+    ("gpu.power", "GPU power draw (W)"),
+    ("gpu.mem_used_pct", "GPU memory used (%)"),
+    ("gpu.ecc_uncorrected", "uncorrected ECC errors"),
+    ("gpu.xid", "XID error code (0 = none)"),
+    ("gpu.lost", "GPU lost / fallen off the bus (1 = lost)"),
+    ("gpu.throttle", "throttle reason present (1 = present)"),
+    ("node.down", "node down: latest sample expired (1 = down)"),
+    ("node.stale", "node stale or down (1 = stale)"),
+    ("probe.busbw", "NCCL probe bus bandwidth (GB/s)"),
+)
+COMPARISONS = (">", ">=", "<", "<=", "==", "!=")
+SEVERITIES = ("info", "warning", "critical")
+SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+
+INACTIVE, PENDING, FIRING, RESOLVED = "inactive", "pending", "firing", "resolved"
+STATUSES = (INACTIVE, PENDING, FIRING, RESOLVED)
+
+FORMATS = (
+    ("gpulse", "gpulse JSON"),
+    ("alertmanager", "Alertmanager webhook v4"),
+    ("slack", "Slack-compatible text"),
+)
+
+
+def is_gpu_metric(metric: str) -> bool:
+    return metric.startswith("gpu.")
+
+
+def fingerprint(rule_id: int, node: str, gpu: int | None) -> str:
+    """Return the 16-hex-digit identity of one alert target (Alertmanager's length)."""
+    labels = f"rule={rule_id}\x00node={node}\x00gpu={'' if gpu is None else gpu}"
+    return hashlib.sha256(labels.encode()).hexdigest()[:16]
+
+
+class Rule(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    metric = models.CharField(max_length=32, choices=METRICS)
+    throttle_reason = models.CharField(
+        max_length=40,
+        blank=True,
+        choices=[(r, r) for r in THROTTLE_REASONS],
+        help_text="Only for gpu.throttle: the reason that must be present.",
+    )
+    comparison = models.CharField(max_length=2, choices=[(c, c) for c in COMPARISONS], default=">")
+    threshold = models.FloatField(default=0)
+    for_seconds = models.PositiveIntegerField(default=0, help_text="How long the condition must hold before firing.")
+    node_glob = models.CharField(
+        max_length=200, blank=True, default="", help_text="Node name or glob (gpu-0*); blank or * = all nodes."
+    )
+    gpu_index = models.PositiveSmallIntegerField(
+        "GPU index", null=True, blank=True, help_text="Only this GPU index; blank = all."
+    )
+    severity = models.CharField(max_length=10, choices=[(s, s) for s in SEVERITIES], default="warning")
+    enabled = models.BooleanField(default=True)
+    repeat_interval = models.PositiveIntegerField(
+        default=4 * 3600, help_text="Seconds between repeated notifications while firing."
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def matches_node(self, node: str) -> bool:
+        return self.node_glob in ("", "*") or fnmatch.fnmatchcase(node, self.node_glob)
+
+    def condition_text(self) -> str:
+        metric = f"{self.metric}[{self.throttle_reason}]" if self.metric == "gpu.throttle" else self.metric
+        text = f"{metric} {self.comparison} {self.threshold:g}"
+        return f"{text} for {self.for_seconds} s" if self.for_seconds else text
+
+    def scope_text(self) -> str:
+        nodes = self.node_glob if self.node_glob not in ("", "*") else "all nodes"
+        return nodes if self.gpu_index is None else f"{nodes}, GPU {self.gpu_index}"
+
+
+class Alert(models.Model):
+    """The current state of one (rule, node, gpu); history lives in Transition rows."""
+
+    fingerprint = models.CharField(max_length=16, unique=True)
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="alerts")
+    node = models.CharField(max_length=200)
+    gpu = models.PositiveSmallIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=[(s, s) for s in STATUSES], default=INACTIVE)
+    status_since = models.DateTimeField()
+    value = models.FloatField(null=True, blank=True)
+    fired_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    # Whether the current firing episode was notified; a resolved notice goes
+    # out only then, so receivers never see a resolution without its alert.
+    notified = models.BooleanField(default=False)
+    last_notified_at = models.DateTimeField(null=True, blank=True)
+    # Token of the evaluation that last won a compare-and-set on this row.
+    claim = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["status"]), models.Index(fields=["claim"])]
+
+    def __str__(self):
+        return f"{self.rule_id} {self.target}"
+
+    @property
+    def target(self) -> str:
+        return self.node if self.gpu is None else f"{self.node} GPU {self.gpu}"
+
+
+class Transition(models.Model):
+    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="transitions")
+    old = models.CharField(max_length=10, choices=[(s, s) for s in STATUSES])
+    new = models.CharField(max_length=10, choices=[(s, s) for s in STATUSES])
+    reason = models.CharField(max_length=300)
+    value = models.FloatField(null=True, blank=True)
+    since = models.DateTimeField(null=True, blank=True, help_text="When the old status began.")
+    created = models.DateTimeField()
+    notify = models.BooleanField(default=False)
+    processed = models.DateTimeField(null=True, blank=True)
+    # The same id goes out with every endpoint and every retry of this event.
+    event_id = models.UUIDField(default=uuid.uuid4, unique=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["new", "created"])]
+
+    def __str__(self):
+        return f"{self.alert_id}: {self.old} → {self.new}"
+
+    @property
+    def kind(self) -> str:
+        """Return firing, resolved, or repeat (still firing, notified again)."""
+        if self.old == FIRING and self.new == FIRING:
+            return "repeat"
+        return self.new
+
+    @property
+    def duration(self):
+        return self.created - self.since if self.since else None
+
+
+class Silence(models.Model):
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, null=True, blank=True, related_name="silences")
+    node_glob = models.CharField(max_length=200, blank=True, default="", help_text="Node name or glob; blank = any.")
+    gpu = models.PositiveSmallIntegerField("GPU", null=True, blank=True, help_text="GPU index; blank = any.")
+    until = models.DateTimeField()
+    comment = models.CharField(max_length=300, blank=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-until"]
+
+    def __str__(self):
+        return f"silence {self.scope_text()} until {self.until:%Y-%m-%d %H:%M}"
+
+    def matches(self, rule_id: int, node: str, gpu: int | None) -> bool:
+        if self.rule_id is not None and self.rule_id != rule_id:
+            return False
+        if self.node_glob and not fnmatch.fnmatchcase(node, self.node_glob):
+            return False
+        return self.gpu is None or self.gpu == gpu
+
+    def scope_text(self) -> str:
+        parts = []
+        if self.rule_id is not None:
+            parts.append(f"rule {self.rule.name}")
+        if self.node_glob:
+            parts.append(f"node {self.node_glob}")
+        if self.gpu is not None:
+            parts.append(f"GPU {self.gpu}")
+        return ", ".join(parts)
+
+
+def validate_webhook_url(url: str) -> None:
+    """Accept http(s) URLs with a host, including single-label names such as http://alertmanager:9093/."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError:
+        raise ValidationError("not a valid URL") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValidationError("use an http:// or https:// URL")
+    if not parts.hostname or any(c.isspace() for c in url):
+        raise ValidationError("not a valid URL: it needs a host name and no spaces")
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class WebhookEndpoint(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    url = models.CharField("URL", max_length=1000, validators=[validate_webhook_url])
+    # Stored in clear because signing needs it; never logged, never sent back by the API.
+    secret = models.CharField(max_length=200, default=new_secret)
+    format = models.CharField(max_length=20, choices=FORMATS, default="gpulse")
+    enabled = models.BooleanField(default=True)
+    min_severity = models.CharField(max_length=10, choices=[(s, s) for s in SEVERITIES], default="info")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def wants(self, severity: str) -> bool:
+        return SEVERITY_RANK[severity] >= SEVERITY_RANK[self.min_severity]
+
+
+class DeliveryAttempt(models.Model):
+    """One HTTP attempt to deliver one event to one endpoint (never the secret)."""
+
+    OK, RETRY, FAILED = "ok", "retry", "failed"
+
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="attempts")
+    transition = models.ForeignKey(
+        Transition, on_delete=models.SET_NULL, null=True, blank=True, related_name="attempts"
+    )
+    event_id = models.UUIDField()
+    kind = models.CharField(max_length=10)  # firing, resolved, repeat or test
+    attempt = models.PositiveSmallIntegerField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    outcome = models.CharField(max_length=10, choices=[(OK, OK), (RETRY, RETRY), (FAILED, FAILED)])
+    duration_ms = models.FloatField()
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self):
+        return f"{self.endpoint} {self.kind} #{self.attempt}: {self.status_code or self.error}"

@@ -1,0 +1,202 @@
+"""All outbound HTTP of gpulse goes through here (webhook deliveries and test sends).
+
+A target is resolved, EVERY address it resolves to is checked, and the
+connection goes to that checked address: a DNS answer that changes between
+check and connect, or a redirect, cannot reach a private network unless the
+operator allowed it (GPULSE_WEBHOOK_ALLOW_PRIVATE, GPULSE_WEBHOOK_ALLOWED_NETWORKS).
+"""
+
+import http.client
+import ipaddress
+import socket
+import ssl
+import time
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+
+from django.conf import settings
+
+MAX_TIMEOUT = 10.0
+MAX_REDIRECTS = 3
+REDIRECT_CODES = (301, 302, 303, 307, 308)
+EXCERPT_BYTES = 2048
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_ALLOW_HINT = "set GPULSE_WEBHOOK_ALLOW_PRIVATE=true to allow private targets"
+
+
+class TransportError(Exception):
+    """A request that did not produce an HTTP response; ``permanent`` means retrying cannot help."""
+
+    def __init__(self, message: str, permanent: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    excerpt: str  # the first bytes of the body, for the delivery log
+    url: str  # the URL that answered, after redirects
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    allow_private: bool = False
+    allowed_networks: tuple = ()
+
+    @classmethod
+    def from_settings(cls) -> "AddressPolicy":
+        try:
+            configured = getattr(settings, "GPULSE_WEBHOOK_ALLOWED_NETWORKS", ())
+            networks = tuple(ipaddress.ip_network(n, strict=False) for n in configured)
+        except ValueError as exc:
+            raise TransportError(f"GPULSE_WEBHOOK_ALLOWED_NETWORKS is invalid: {exc}", permanent=True) from None
+        return cls(allow_private=getattr(settings, "GPULSE_WEBHOOK_ALLOW_PRIVATE", False), allowed_networks=networks)
+
+    def refusal(self, address: str) -> str | None:
+        """Return why ``address`` must not be contacted, or None when it may."""
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        if self.allow_private or any(ip in net for net in self.allowed_networks if net.version == ip.version):
+            return None
+        kind = _non_global_kind(ip)
+        if kind is None:
+            return None
+        return f"refused: {address} is {kind} ({_ALLOW_HINT})"
+
+
+def _non_global_kind(ip) -> str | None:
+    """Return what kind of non-public address ``ip`` is, or None for a global unicast one."""
+    if ip.version == 6:
+        # An IPv6 address can carry an IPv4 one (mapped, 6to4, Teredo, NAT64):
+        # judge the IPv4 address it would reach.
+        embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if embedded is None and ip in _NAT64:
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if embedded is not None:
+            return _non_global_kind(embedded)
+    if ip.is_unspecified:
+        return "an unspecified address"
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.version == 4 and ip in _CGNAT:
+        return "a CGNAT (shared, 100.64.0.0/10) address"
+    if ip.is_private:
+        return "a private address"
+    if ip.is_reserved:
+        return "a reserved address"
+    if not ip.is_global:
+        return "not a globally routable address"
+    return None
+
+
+def _target(url: str):
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise TransportError(f"refused: {url!r} is not an http or https URL", permanent=True)
+    if not parts.hostname:
+        raise TransportError(f"refused: {url!r} has no host", permanent=True)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise TransportError(f"refused: {url!r} has an invalid port", permanent=True) from None
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return parts.scheme, parts.hostname, port, path
+
+
+def _checked_addresses(host: str, port: int, policy: AddressPolicy) -> list[str]:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise TransportError(f"cannot resolve {host}: {exc}") from None
+    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    for address in addresses:
+        reason = policy.refusal(address)
+        if reason:
+            if address != host:
+                reason = reason.replace(f"{address} is", f"{host} resolves to {address}, which is", 1)
+            raise TransportError(reason, permanent=True)
+    return addresses
+
+
+def _connect(address: str, port: int, timeout: float) -> socket.socket:
+    return socket.create_connection((address, port), timeout=timeout)
+
+
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection to an already-checked address; Host stays the URL's name."""
+
+    def __init__(self, host, port, address, timeout):
+        super().__init__(host, port, timeout=timeout)
+        self._address = address
+
+    def connect(self):
+        self.sock = _connect(self._address, self.port, self.timeout)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, host, port, address, timeout):
+        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
+        self._address = address
+
+    def connect(self):
+        sock = _connect(self._address, self.port, self.timeout)
+        # The certificate is checked against the URL's host name, not the IP.
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def _once(method, url, body, headers, policy, timeout, limit):
+    scheme, host, port, path = _target(url)
+    addresses = _checked_addresses(host, port, policy)
+    cls = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection
+    last_error = None
+    for address in addresses:
+        conn = cls(host, port, address, timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+            excerpt = resp.read(EXCERPT_BYTES).decode("utf-8", "replace")
+            return resp.status, resp.getheader("Location"), excerpt
+        except TimeoutError:
+            raise TransportError(f"timed out after {limit:g} s ({host})") from None
+        except ssl.SSLError as exc:
+            raise TransportError(f"TLS error with {host}: {exc.reason or exc}") from None
+        except (OSError, http.client.HTTPException) as exc:
+            last_error = exc
+        finally:
+            conn.close()
+    raise TransportError(f"connection to {host}:{port} failed: {last_error}")
+
+
+def post(
+    url: str, body: bytes, headers: dict, *, timeout: float | None = None, policy: AddressPolicy | None = None
+) -> Response:
+    """POST ``body`` to ``url`` and return the final response (any status).
+
+    Follows at most three redirects, each re-checked (307/308 repeat the POST,
+    301/302/303 become a GET as browsers do). Raise TransportError when the
+    target is refused or no response came back.
+    """
+    policy = policy or AddressPolicy.from_settings()
+    timeout = min(timeout or getattr(settings, "GPULSE_WEBHOOK_TIMEOUT", MAX_TIMEOUT), MAX_TIMEOUT)
+    method = "POST"
+    deadline = time.monotonic() + timeout
+    for _hop in range(MAX_REDIRECTS + 1):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TransportError(f"timed out after {timeout:g} s (following redirects)")
+        status, location, excerpt = _once(method, url, body, headers, policy, remaining, timeout)
+        if status not in REDIRECT_CODES or not location:
+            return Response(status=status, excerpt=excerpt, url=url)
+        url = urljoin(url, location)
+        if status in (301, 302, 303):
+            method, body = "GET", None
+            headers = {k: v for k, v in headers.items() if k.lower() not in ("content-type", "content-length")}
+    raise TransportError(f"too many redirects (more than {MAX_REDIRECTS})", permanent=True)

@@ -1,0 +1,204 @@
+"""JSON API: rules, webhooks, silences, alerts and simulator faults; 201/400/401/403."""
+
+import json
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from dashboard.accounts.models import ApiToken
+from dashboard.alerts.models import Rule, Silence, WebhookEndpoint
+from gpulse.keys import Keys
+
+pytestmark = pytest.mark.django_db
+
+RULE = {"name": "Hot GPU", "metric": "gpu.temp", "comparison": ">", "threshold": 85, "for_seconds": 5}
+HOOK = {"name": "ops", "url": "https://hooks.example.com/gpulse", "format": "alertmanager"}
+
+
+@pytest.fixture
+def admin(client):
+    """A staff superuser, logged in with a session."""
+    user = User.objects.create_superuser("root", password=None)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def operator():
+    """A user allowed to edit rules (and nothing else), logged in."""
+    user = User.objects.create_user("operator", password=None)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=["add_rule", "change_rule", "delete_rule"]))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def viewer():
+    """A logged-in user without any alerts permission."""
+    client = Client()
+    client.force_login(User.objects.create_user("viewer", password=None))
+    return client
+
+
+def post(client, url, data, **extra):
+    return client.post(url, data=json.dumps(data), content_type="application/json", **extra)
+
+
+def patch(client, url, data):
+    return client.patch(url, data=json.dumps(data), content_type="application/json")
+
+
+def test_it_creates_reads_updates_and_deletes_a_rule(operator):
+    created = post(operator, "/api/v1/rules", RULE)
+    assert created.status_code == 201
+    rule_id = created.json()["id"]
+    assert Rule.objects.get(id=rule_id).enabled  # model default when the field is left out
+    got = operator.get(f"/api/v1/rules/{rule_id}").json()
+    assert got["threshold"] == 85 and got["repeat_interval"] == 4 * 3600 and got["gpu_index"] is None
+    assert any(r["name"] == "Hot GPU" for r in operator.get("/api/v1/rules").json()["results"])
+    updated = patch(operator, f"/api/v1/rules/{rule_id}", {"threshold": 90, "gpu_index": 2})
+    assert updated.status_code == 200 and updated.json()["threshold"] == 90 and updated.json()["name"] == "Hot GPU"
+    assert operator.delete(f"/api/v1/rules/{rule_id}").status_code == 204
+    assert not Rule.objects.filter(id=rule_id).exists()
+    missing = operator.get(f"/api/v1/rules/{rule_id}")
+    assert missing.status_code == 404 and missing.json()["error"] == f"no rule with id {rule_id}"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"name": ""}, "name: This field is required."),
+        ({"metric": "gpu.smell"}, "metric: Select a valid choice."),
+        ({"metric": "gpu.throttle"}, "throttle_reason: gpu.throttle needs the throttle reason to watch"),
+        ({"metric": "node.down", "gpu_index": 0}, "gpu_index: node.down is a node-level metric"),
+        ({"comparison": "=~"}, "comparison: Select a valid choice."),
+        ({"for_seconds": -1}, "for_seconds: Ensure this value is greater than or equal to 0."),
+        ({"repeat_interval": 5}, "repeat_interval: at least 60 seconds"),
+        ({"node_glob": "gpu 01; rm"}, "node_glob: use a node name or a glob"),
+        ({"colour": "red"}, "colour: unknown field"),
+    ],
+)
+def test_a_bad_rule_is_a_400_naming_the_field(admin, change, message):
+    response = post(admin, "/api/v1/rules", {**RULE, **change})
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(message)
+    assert not Rule.objects.filter(name=RULE["name"]).exists()
+
+
+def test_a_body_that_is_not_json_is_a_400(admin):
+    response = admin.post("/api/v1/rules", data="{nope", content_type="application/json")
+    assert response.status_code == 400 and "not valid JSON" in response.json()["error"]
+
+
+def test_without_the_permission_writes_are_403_and_reads_are_allowed(viewer, operator):
+    assert post(viewer, "/api/v1/rules", RULE).status_code == 403
+    assert viewer.get("/api/v1/rules").status_code == 200
+    rule = Rule.objects.get(name="GPU temperature high")
+    response = patch(viewer, f"/api/v1/rules/{rule.id}", {"threshold": 1})
+    assert response.status_code == 403 and "alerts.change_rule" in response.json()["error"]
+    assert viewer.delete(f"/api/v1/rules/{rule.id}").status_code == 403
+    # Rules permission does not reach webhooks.
+    assert post(operator, "/api/v1/webhooks", HOOK).status_code == 403
+    assert operator.get("/api/v1/webhooks").status_code == 403
+
+
+def test_anonymous_requests_are_401():
+    assert Client().get("/api/v1/rules").status_code == 401
+    assert post(Client(), "/api/v1/rules", RULE).status_code == 401
+
+
+def test_session_posts_need_the_csrf_token_but_bearer_posts_do_not():
+    user = User.objects.create_superuser("root", password=None)
+    session = Client(enforce_csrf_checks=True)
+    session.force_login(user)
+    assert post(session, "/api/v1/rules", RULE).status_code == 403
+    token = ApiToken.issue(user)
+    bearer = Client(enforce_csrf_checks=True)
+    assert post(bearer, "/api/v1/rules", RULE, HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 201
+
+
+def test_it_creates_a_webhook_and_never_returns_its_secret(admin):
+    created = post(admin, "/api/v1/webhooks", HOOK)
+    assert created.status_code == 201
+    body = created.json()
+    endpoint = WebhookEndpoint.objects.get(id=body["id"])
+    assert body["secret"] == endpoint.secret and len(endpoint.secret) >= 32  # generated, shown once
+    listed = admin.get("/api/v1/webhooks").json()["results"]
+    assert listed == [
+        {"id": endpoint.id, "name": "ops", "url": HOOK["url"], "format": "alertmanager", "enabled": True, "min_severity": "info"}
+    ]
+    updated = patch(admin, f"/api/v1/webhooks/{endpoint.id}", {"enabled": False})
+    assert updated.status_code == 200 and "secret" not in updated.json()
+    endpoint.refresh_from_db()
+    assert endpoint.secret == body["secret"] and not endpoint.enabled
+    patch(admin, f"/api/v1/webhooks/{endpoint.id}", {"secret": "chosen-by-me"})
+    endpoint.refresh_from_db()
+    assert endpoint.secret == "chosen-by-me"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"url": "ftp://example.com/x"}, "url: use an http:// or https:// URL"),
+        ({"url": "http://"}, "url: not a valid URL: it needs a host name"),
+        ({"url": "http://host:99999/"}, "url: not a valid URL"),
+        ({"url": ""}, "url: This field is required."),
+        ({"format": "xml"}, "format: Select a valid choice."),
+        ({"min_severity": "urgent"}, "min_severity: Select a valid choice."),
+    ],
+)
+def test_a_bad_webhook_is_a_400_naming_the_field(admin, change, message):
+    response = post(admin, "/api/v1/webhooks", {**HOOK, **change})
+    assert response.status_code == 400 and response.json()["error"].startswith(message)
+
+
+def test_silences_and_the_alert_list(admin):
+    rule = Rule.objects.get(name="GPU lost")
+    created = post(admin, "/api/v1/silences", {"rule": rule.id, "node_glob": "gpu-0*", "minutes": 30, "comment": "maintenance"})
+    assert created.status_code == 201
+    silence = Silence.objects.get(id=created.json()["id"])
+    assert silence.created_by == "root" and silence.matches(rule.id, "gpu-07", 3)
+    empty = post(admin, "/api/v1/silences", {"minutes": 30})
+    assert empty.status_code == 400 and empty.json()["error"].startswith("request: name a rule, a node")
+    assert admin.get("/api/v1/alerts").json() == {"firing": 0, "alerts": []}
+
+
+@pytest.fixture
+def faults(redis_client):
+    key = Keys().simulator_faults
+    return lambda: {k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()}
+
+
+def test_staff_inject_and_clear_simulator_faults(admin, faults):
+    assert post(admin, "/api/v1/simulator/faults", {"node": "sim-01", "gpu": 3, "fault": "hot"}).status_code == 200
+    post(admin, "/api/v1/simulator/faults", {"node": "sim-01", "gpu": 5, "fault": "xid:79"})
+    post(admin, "/api/v1/simulator/faults", {"node": "sim-02", "gpu": None, "fault": "dead"})
+    assert faults() == {"sim-01/3": "hot", "sim-01/5": "xid:79", "sim-02": "dead"}
+    post(admin, "/api/v1/simulator/faults", {"node": "sim-01", "gpu": 5, "fault": "clear"})
+    assert faults() == {"sim-01/3": "hot", "sim-02": "dead"}
+    cleared = post(admin, "/api/v1/simulator/faults", {"node": "sim-01", "fault": "clear"})
+    assert cleared.json()["fields"] == ["sim-01", "sim-01/3"]
+    assert faults() == {"sim-02": "dead"}
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"node": "sim-01", "fault": "melt"}, "fault: one of hot, xid"),
+        ({"node": "sim-01", "gpu": 2, "fault": "dead"}, "gpu: 'dead' stops a whole node"),
+        ({"node": "a/b", "fault": "hot"}, "node: a node name, without /"),
+        ({"node": "sim-01", "gpu": -1, "fault": "hot"}, "gpu: Ensure this value is greater than or equal to 0."),
+    ],
+)
+def test_a_bad_fault_is_a_400(admin, faults, body, message):
+    response = post(admin, "/api/v1/simulator/faults", body)
+    assert response.status_code == 400 and response.json()["error"].startswith(message)
+    assert faults() == {}
+
+
+def test_faults_are_for_staff_only(operator, faults):
+    response = post(operator, "/api/v1/simulator/faults", {"node": "sim-01", "gpu": 0, "fault": "hot"})
+    assert response.status_code == 403
+    assert faults() == {}

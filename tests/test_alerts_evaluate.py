@@ -1,0 +1,304 @@
+"""Alert evaluation with a controlled clock: every time step is an explicit `now`."""
+
+import time
+
+import pytest
+
+from dashboard.alerts.evaluate import AlertEvaluator, firing_count
+from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition
+from dashboard.live.state import DOWN, STALE, UP, ClusterState, NodeState
+
+T0 = 1_764_000_000.0
+
+pytestmark = pytest.mark.django_db
+
+
+def gpu(index, temp=60, **extra):
+    reading = {
+        "index": index,
+        "util": 50,
+        "mem_used": 40e9,
+        "mem_total": 80e9,
+        "temp": temp,
+        "power": 300.0,
+        "throttle": [],
+        "ecc_uncorrected": 0,
+        "xid": [],
+    }
+    reading.update(extra)
+    return reading
+
+
+def cluster(*nodes) -> ClusterState:
+    """Build a ClusterState from (name, status, [gpu dicts]) tuples."""
+    state = ClusterState()
+    for name, status, gpus in nodes:
+        sample = {"v": 1, "node": name, "ts": T0, "interval": 1.0, "gpus": gpus}
+        state.nodes[name] = NodeState(name=name, sample=sample, status=status)
+    return state
+
+
+def hot(temp, status=UP, node="gpu-01"):
+    return cluster((node, status, [gpu(0), gpu(1, temp=temp)]))
+
+
+@pytest.fixture
+def rules():
+    """Replace the default rules with the ones a test creates."""
+    Rule.objects.all().delete()
+
+    def make(**fields):
+        defaults = dict(name=f"rule {Rule.objects.count()}", metric="gpu.temp", comparison=">", threshold=85, for_seconds=5)
+        return Rule.objects.create(**{**defaults, **fields})
+
+    return make
+
+
+@pytest.fixture
+def run(django_capture_on_commit_callbacks):
+    """Evaluate at `now` and return the ids queued for notification, as ingest would send them."""
+
+    def step(evaluator, state, now, **kwargs):
+        queued = []
+        evaluator._enqueue = queued.extend
+        with django_capture_on_commit_callbacks(execute=True):
+            evaluator.evaluate(state, now=now, **kwargs)
+        return [Transition.objects.get(id=i).kind for i in queued]
+
+    return step
+
+
+def alert_status(rule, node="gpu-01", gpu=1):
+    row = Alert.objects.filter(rule=rule, node=node, gpu=gpu).first()
+    return row.status if row else INACTIVE
+
+
+def test_it_goes_pending_then_fires_when_the_for_duration_has_passed(rules, run):
+    rule = rules(for_seconds=5)
+    ev = AlertEvaluator()
+    assert run(ev, hot(90), T0) == []
+    assert alert_status(rule) == PENDING
+    assert run(ev, hot(90), T0 + 4.9) == []
+    assert alert_status(rule) == PENDING
+    assert run(ev, hot(90), T0 + 5) == ["firing"]
+    assert alert_status(rule) == FIRING
+    assert run(ev, hot(90), T0 + 6) == []
+    assert ev.firing_targets() == {("gpu-01", 1)}
+    assert firing_count() == 1
+    assert list(Transition.objects.order_by("id").values_list("old", "new")) == [(INACTIVE, PENDING), (PENDING, FIRING)]
+
+
+def test_one_false_evaluation_during_pending_resets_it(rules, run):
+    rule = rules(for_seconds=5)
+    ev = AlertEvaluator()
+    run(ev, hot(90), T0)
+    run(ev, hot(90), T0 + 3)
+    run(ev, hot(80), T0 + 4)
+    assert alert_status(rule) == INACTIVE
+    run(ev, hot(90), T0 + 5)
+    # The clock started again at T0 + 5, so T0 + 9 is too early.
+    assert run(ev, hot(90), T0 + 9) == []
+    assert run(ev, hot(90), T0 + 10) == ["firing"]
+
+
+def test_it_resolves_and_notifies_the_resolution(rules, run):
+    rule = rules(for_seconds=0)
+    ev = AlertEvaluator()
+    assert run(ev, hot(90), T0) == ["firing"]
+    assert run(ev, hot(70), T0 + 30) == ["resolved"]
+    assert alert_status(rule) == RESOLVED
+    resolved = Transition.objects.get(new=RESOLVED)
+    assert resolved.duration.total_seconds() == 30
+    assert ev.firing_targets() == set()
+    assert run(ev, hot(70), T0 + 31) == []
+
+
+def test_it_repeats_while_firing_every_repeat_interval(rules, run):
+    rules(for_seconds=0, repeat_interval=3600)
+    ev = AlertEvaluator()
+    assert run(ev, hot(90), T0) == ["firing"]
+    assert run(ev, hot(90), T0 + 3599) == []
+    assert run(ev, hot(90), T0 + 3600) == ["repeat"]
+    assert run(ev, hot(90), T0 + 3601) == []
+    assert run(ev, hot(90), T0 + 7200) == ["repeat"]
+
+
+def test_a_silence_mutes_notifications_but_the_alert_is_still_tracked(rules, run):
+    from datetime import datetime, timezone
+
+    rule = rules(for_seconds=0)
+    Silence.objects.create(rule=rule, node_glob="gpu-0*", until=datetime.fromtimestamp(T0 + 100, tz=timezone.utc))
+    ev = AlertEvaluator()
+    assert run(ev, hot(90), T0) == []
+    assert alert_status(rule) == FIRING
+    assert ev.firing_targets() == {("gpu-01", 1)}
+    # The firing was never sent, so neither is its resolution.
+    assert run(ev, hot(70), T0 + 10) == []
+    assert alert_status(rule) == RESOLVED
+
+
+def test_an_alert_still_firing_when_its_silence_ends_is_notified_then(rules, run):
+    from datetime import datetime, timezone
+
+    rule = rules(for_seconds=0)
+    Silence.objects.create(node_glob="gpu-01", gpu=1, until=datetime.fromtimestamp(T0 + 100, tz=timezone.utc))
+    ev = AlertEvaluator()
+    assert run(ev, hot(90), T0) == []
+    assert run(ev, hot(90), T0 + 99) == []
+    assert run(ev, hot(90), T0 + 101) == ["repeat"]
+    assert Transition.objects.filter(notify=True).get().reason.endswith("no longer silenced")
+    assert run(ev, hot(70), T0 + 102) == ["resolved"]
+    assert alert_status(rule) == RESOLVED
+
+
+def test_a_silence_on_another_gpu_does_not_mute(rules, run):
+    from datetime import datetime, timezone
+
+    rules(for_seconds=0)
+    Silence.objects.create(node_glob="gpu-01", gpu=0, until=datetime.fromtimestamp(T0 + 100, tz=timezone.utc))
+    assert run(AlertEvaluator(), hot(90), T0) == ["firing"]
+
+
+def test_a_down_node_keeps_its_gpu_alerts_and_node_down_takes_over(rules, run):
+    temp = rules(for_seconds=0)
+    down = rules(metric="node.down", comparison="==", threshold=1, for_seconds=60)
+    ev = AlertEvaluator()
+    assert run(ev, hot(90), T0) == ["firing"]
+    # The node's data vanishes: its last (hot) sample stays, status says down.
+    assert run(ev, hot(70, status=DOWN), T0 + 5) == []
+    assert alert_status(temp) == FIRING
+    assert alert_status(down, gpu=None) == PENDING
+    assert run(ev, hot(70, status=DOWN), T0 + 64) == []
+    assert run(ev, hot(70, status=DOWN), T0 + 65) == ["firing"]
+    assert ev.firing_targets() == {("gpu-01", 1), ("gpu-01", None)}
+    # Back up and cool: both resolve.
+    assert sorted(run(ev, hot(70), T0 + 70)) == ["resolved", "resolved"]
+
+
+def test_a_stale_node_freezes_gpu_alerts_but_node_stale_fires(rules, run):
+    temp = rules(for_seconds=5)
+    stale = rules(metric="node.stale", comparison="==", threshold=1, for_seconds=0)
+    ev = AlertEvaluator()
+    run(ev, hot(90), T0)
+    assert run(ev, hot(90, status=STALE), T0 + 10) == ["firing"]
+    assert alert_status(temp) == PENDING
+    assert alert_status(stale, gpu=None) == FIRING
+
+
+def test_a_missing_reading_keeps_the_state(rules, run):
+    rule = rules(for_seconds=0)
+    ev = AlertEvaluator()
+    run(ev, hot(90), T0)
+    lost = cluster(("gpu-01", UP, [gpu(0), gpu(1, temp=None, lost=True)]))
+    assert run(ev, lost, T0 + 1) == []
+    assert alert_status(rule) == FIRING
+
+
+def test_scope_selects_nodes_by_glob_and_gpu_by_index(rules, run):
+    rules(for_seconds=0, node_glob="rack1-*", gpu_index=1)
+    state = cluster(
+        ("rack1-a", UP, [gpu(0, temp=90), gpu(1, temp=90)]),
+        ("rack2-a", UP, [gpu(0, temp=90), gpu(1, temp=90)]),
+    )
+    ev = AlertEvaluator()
+    assert run(ev, state, T0) == ["firing"]
+    assert ev.firing_targets() == {("rack1-a", 1)}
+
+
+@pytest.mark.parametrize(
+    "fields, reading",
+    [
+        (dict(metric="gpu.mem_used_pct", comparison=">=", threshold=90), dict(mem_used=76e9, mem_total=80e9)),
+        (dict(metric="gpu.throttle", throttle_reason="hw_slowdown", comparison="==", threshold=1), dict(throttle=["hw_slowdown"])),
+        (dict(metric="gpu.xid", comparison="==", threshold=79), dict(xid=[13, 79])),
+        (dict(metric="gpu.lost", comparison="==", threshold=1), dict(lost=True, temp=None)),
+        (dict(metric="gpu.ecc_uncorrected", comparison=">", threshold=0), dict(ecc_uncorrected=2)),
+        (dict(metric="gpu.util", comparison="<", threshold=5), dict(util=0)),
+        (dict(metric="gpu.power", comparison=">", threshold=650), dict(power=690.5)),
+    ],
+)
+def test_each_gpu_metric_is_read_from_the_sample(rules, run, fields, reading):
+    rules(for_seconds=0, **fields)
+    ev = AlertEvaluator()
+    assert run(ev, cluster(("n1", UP, [gpu(0), gpu(3, **reading)])), T0) == ["firing"]
+    assert ev.firing_targets() == {("n1", 3)}
+
+
+def test_probe_bandwidth_is_a_node_level_rule(rules, run):
+    rules(metric="probe.busbw", comparison="<", threshold=100, for_seconds=0)
+    ev = AlertEvaluator()
+    state = cluster(("n1", UP, [gpu(0)]), ("n2", UP, [gpu(0)]))
+    assert run(ev, state, T0) == []
+    assert run(ev, state, T0 + 1, probes={"n1": 40.0, "n2": 180.0}) == ["firing"]
+    assert ev.firing_targets() == {("n1", None)}
+
+
+def test_two_evaluators_on_one_database_record_each_transition_once(rules, run):
+    rules(for_seconds=5)
+    first, second = AlertEvaluator(), AlertEvaluator()
+    sent = []
+    for now in (T0, T0 + 0.5, T0 + 5, T0 + 5.5, T0 + 6):
+        sent += run(first, hot(90), now)
+        sent += run(second, hot(90), now + 0.2)
+    for now in (T0 + 20, T0 + 21):
+        sent += run(second, hot(70), now)
+        sent += run(first, hot(70), now + 0.2)
+    assert sent == ["firing", "resolved"]
+    assert Transition.objects.count() == 3
+    assert first.firing_targets() == second.firing_targets() == set()
+
+
+def test_a_restarted_evaluator_continues_from_the_database(rules, run):
+    rules(for_seconds=5)
+    run(AlertEvaluator(), hot(90), T0)
+    restarted = AlertEvaluator()
+    assert run(restarted, hot(90), T0 + 5) == ["firing"]
+    assert Transition.objects.filter(new=PENDING).count() == 1
+
+
+def test_disabling_a_rule_resolves_its_firing_alerts(rules, run):
+    rule = rules(for_seconds=0)
+    ev = AlertEvaluator(reload_every=5)
+    run(ev, hot(90), T0)
+    Rule.objects.filter(id=rule.id).update(enabled=False)
+    assert run(ev, hot(90), T0 + 1) == []  # not reloaded yet
+    assert run(ev, hot(90), T0 + 6) == ["resolved"]
+    assert alert_status(rule) == RESOLVED
+
+
+def test_a_sample_it_cannot_read_is_skipped_without_raising(rules, run):
+    rules(for_seconds=0)
+    ev = AlertEvaluator()
+    state = cluster(("bad", UP, [gpu(0, temp="hot")]), ("good", UP, [gpu(0, temp=95)]))
+    assert run(ev, state, T0) == ["firing"]
+    assert ev.firing_targets() == {("good", 0)}
+
+
+def test_default_rules_are_installed_enabled():
+    defaults = {r.name: r for r in Rule.objects.filter(enabled=True)}
+    assert defaults["GPU temperature high"].condition_text() == "gpu.temp > 85 for 60 s"
+    assert defaults["GPU XID error"].condition_text() == "gpu.xid > 0"
+    assert defaults["GPU lost"].condition_text() == "gpu.lost == 1"
+    assert defaults["GPU uncorrected ECC errors"].condition_text() == "gpu.ecc_uncorrected > 0"
+    assert defaults["Node not reporting"].condition_text() == "node.down == 1 for 60 s"
+
+
+def test_a_tick_of_1000_nodes_with_8_gpus_is_cheap(run):
+    """Default rules, all quiet: the per-tick cost ingest pays at 1 Hz on 2 cores."""
+    state = cluster(*((f"node-{i:04d}", UP, [gpu(g) for g in range(8)]) for i in range(1000)))
+    ev = AlertEvaluator()
+    run(ev, state, T0)
+    started = time.perf_counter()
+    for tick in range(1, 6):
+        run(ev, state, T0 + tick)
+    per_tick = (time.perf_counter() - started) / 5
+    assert per_tick < 0.25, f"{per_tick * 1000:.0f} ms per tick"
+
+
+def test_a_database_failure_is_logged_not_raised_and_it_recovers(rules, run, django_db_blocker, caplog):
+    rules(for_seconds=0)
+    ev = AlertEvaluator()
+    with django_db_blocker.block():
+        ev.evaluate(hot(90), now=T0)
+    assert "alert evaluation failed" in caplog.text
+    assert run(ev, hot(90), T0 + 1) == ["firing"]

@@ -1,0 +1,123 @@
+"""HTML pages: alerts (firing/pending/resolved), rules, webhooks with "Send test", simulator."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client, RequestFactory
+
+from dashboard.alerts.context_processors import firing_alerts
+from dashboard.alerts.delivery import signature
+from dashboard.alerts.evaluate import AlertEvaluator
+from dashboard.alerts.models import DeliveryAttempt, Rule, WebhookEndpoint
+from gpulse.keys import Keys
+from dashboard.live.state import UP
+from tests.test_alerts_evaluate import T0, cluster, gpu
+from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin():
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password=None))
+    return client
+
+
+@pytest.fixture
+def viewer():
+    client = Client()
+    client.force_login(User.objects.create_user("viewer", password=None))
+    return client
+
+
+def test_the_alerts_page_shows_firing_pending_and_resolved_with_durations(viewer):
+    Rule.objects.all().delete()
+    Rule.objects.create(name="Too hot", metric="gpu.temp", comparison=">", threshold=85, for_seconds=0)
+    Rule.objects.create(name="Too busy", metric="gpu.util", comparison=">", threshold=90, for_seconds=600)
+    ev = AlertEvaluator(enqueue=lambda ids: None)
+    ev.evaluate(cluster(("gpu-01", UP, [gpu(0, temp=91, util=99), gpu(1, temp=92)])), now=T0)
+    ev.evaluate(cluster(("gpu-01", UP, [gpu(0, temp=91, util=99), gpu(1, temp=70)])), now=T0 + 192)
+    page = viewer.get("/alerts/").content.decode()
+    firing = page.split('id="firing"')[1].split("</table>")[0]
+    assert "Too hot" in firing and "gpu-01 GPU 0" in firing and "gpu-01 GPU 1" not in firing
+    pending = page.split('id="pending"')[1].split("</table>")[0]
+    assert "Too busy" in pending and "of 600 s" in pending
+    resolved = page.split('id="resolved"')[1].split("</table>")[0]
+    assert "gpu-01 GPU 1" in resolved and "3 min 12 s" in resolved
+
+
+def test_the_firing_count_reaches_every_page(viewer):
+    Rule.objects.all().delete()
+    Rule.objects.create(name="Too hot", metric="gpu.temp", comparison=">", threshold=85)
+    AlertEvaluator(enqueue=lambda ids: None).evaluate(cluster(("n", UP, [gpu(0, temp=99), gpu(1, temp=99)])), now=T0)
+    request = RequestFactory().get("/")
+    request.user = User.objects.get(username="viewer")
+    assert firing_alerts(request) == {"firing_alerts": 2}
+
+
+def test_a_rule_is_created_from_the_rules_page(admin):
+    response = admin.post(
+        "/alerts/rules/",
+        {"name": "Power cap", "metric": "gpu.throttle", "throttle_reason": "sw_power_cap", "comparison": "==",
+         "threshold": "1", "for_seconds": "30", "node_glob": "", "severity": "info", "enabled": "on", "repeat_interval": "3600"},
+    )
+    assert response.status_code == 302
+    assert Rule.objects.get(name="Power cap").condition_text() == "gpu.throttle[sw_power_cap] == 1 for 30 s"
+    page = admin.get("/alerts/rules/").content.decode()
+    assert "Power cap" in page and 'id="rule-form"' in page
+
+
+def test_a_bad_rule_form_shows_the_error(admin):
+    response = admin.post("/alerts/rules/", {"name": "x", "metric": "gpu.throttle", "comparison": ">", "threshold": "0",
+                                             "for_seconds": "0", "severity": "info", "repeat_interval": "3600"})
+    assert response.status_code == 200
+    assert "gpu.throttle needs the throttle reason to watch" in response.content.decode()
+
+
+def test_without_permission_the_pages_are_read_only(viewer):
+    page = viewer.get("/alerts/rules/").content.decode()
+    assert "GPU temperature high" in page and 'id="rule-form"' not in page
+    assert viewer.post("/alerts/rules/", {"name": "x"}).status_code == 403
+    rule = Rule.objects.get(name="GPU lost")
+    assert viewer.post(f"/alerts/rules/{rule.id}/delete").status_code == 403
+    assert viewer.get("/alerts/webhooks/").status_code == 403
+    assert viewer.get("/alerts/simulator/").status_code == 403
+
+
+def test_send_test_delivers_a_signed_event_and_logs_it(admin, receiver, settings):  # noqa: F811
+    settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
+    response = admin.post("/alerts/webhooks/", {"name": "local", "url": receiver.url + "/in", "format": "slack",
+                                                "enabled": "on", "min_severity": "info", "secret": ""})
+    endpoint = WebhookEndpoint.objects.get(name="local")
+    assert response.status_code == 302
+    shown = admin.get(response.url).content.decode()
+    assert endpoint.secret in shown  # the generated secret, shown once
+    assert endpoint.secret not in admin.get(response.url).content.decode()
+    admin.post(f"/alerts/webhooks/{endpoint.id}/test")
+    [request] = receiver.wait_for(1)
+    assert request["headers"]["X-Gpulse-Signature"] == signature(endpoint.secret, request["headers"]["X-Gpulse-Timestamp"], request["body"])
+    logged = DeliveryAttempt.objects.get()
+    assert (logged.kind, logged.status_code, logged.outcome) == ("test", 200, "ok")
+    page = admin.get(f"/alerts/webhooks/{endpoint.id}/").content.decode()
+    assert "Test delivered: HTTP 200" in page and str(logged.event_id) in page
+
+
+def test_send_test_reports_a_refused_target(admin, settings):
+    settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = False
+    endpoint = WebhookEndpoint.objects.create(name="meta", url="http://169.254.169.254/")
+    response = admin.post(f"/alerts/webhooks/{endpoint.id}/test", follow=True)
+    assert "Test failed: refused: 169.254.169.254 is a link-local address" in response.content.decode()
+
+
+def test_the_simulator_panel_injects_a_fault(admin, redis_client):
+    assert admin.get("/alerts/simulator/").status_code == 200
+    response = admin.post("/alerts/simulator/", {"node": "sim-03", "gpu": "1", "fault": "lost"}, follow=True)
+    assert "sim-03 GPU 1: lost injected" in response.content.decode()
+    assert redis_client.hget(Keys().simulator_faults, "sim-03/1") == b"lost"
+    assert "sim-03/1" in admin.get("/alerts/simulator/").content.decode()
+
+
+def test_a_silence_is_created_from_the_alerts_page(admin):
+    response = admin.post("/alerts/silences/", {"node_glob": "gpu-0*", "minutes": "90", "comment": "reboot"}, follow=True)
+    page = response.content.decode()
+    assert "Silenced node gpu-0* until" in page and "reboot" in page.split('id="silences"')[1]

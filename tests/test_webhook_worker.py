@@ -1,0 +1,182 @@
+"""Deliveries end to end: evaluate() → transition → real Celery worker (control queue) → real receiver."""
+
+import threading
+import time
+
+import orjson
+import pytest
+from celery.contrib.testing.worker import start_worker
+from celery.signals import task_postrun, task_prerun
+
+from dashboard.alerts import tasks
+from dashboard.alerts.delivery import signature
+from dashboard.alerts.evaluate import AlertEvaluator
+from dashboard.alerts.models import DeliveryAttempt, Rule, Transition, WebhookEndpoint
+from tests.test_alerts_evaluate import T0, hot
+from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
+from workers.celery_app import CONTROL_QUEUE, app
+
+SECRET = "worker-test-secret"
+
+# The worker thread uses its own database connection: tests must commit.
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+# The test database is SQLite in memory with a shared cache, where two threads
+# touching one table fail at once ("table is locked") instead of waiting as a
+# file database does. This lock takes turns: the worker holds it while a task
+# runs, the test while it uses the database.
+db = threading.RLock()
+
+
+def _task_started(**_):
+    db.acquire()
+
+
+def _task_finished(**_):
+    db.release()
+
+
+@pytest.fixture(scope="module")
+def worker(django_db_setup, django_db_blocker):
+    from django.conf import settings
+
+    app.conf.broker_url = settings.REDIS_URL
+    app.control.purge()
+    task_prerun.connect(_task_started)
+    task_postrun.connect(_task_finished)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, queues=[CONTROL_QUEUE], shutdown_timeout=10):
+            yield
+    finally:
+        task_prerun.disconnect(_task_started)
+        task_postrun.disconnect(_task_finished)
+
+
+@pytest.fixture
+def endpoint(receiver, settings):  # noqa: F811
+    settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
+    settings.GPULSE_WEBHOOK_RETRY_BASE = 0.02  # seconds: the real backoff, made tiny
+    with db:
+        return WebhookEndpoint.objects.create(name="ops", url=receiver.url + "/hook", secret=SECRET, format="gpulse")
+
+
+def attempts(expected: int, timeout: float = 10.0) -> list[DeliveryAttempt]:
+    """Wait until the worker has logged ``expected`` attempts; return them in order."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with db:
+            rows = list(DeliveryAttempt.objects.order_by("id"))
+        if len(rows) >= expected or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.02)
+
+
+def a_transition(severity="warning") -> Transition:
+    """Fire a rule without a `for` duration; return the firing transition, not yet sent."""
+    with db:
+        Rule.objects.all().delete()
+        rule = Rule.objects.create(name="hot", metric="gpu.temp", comparison=">", threshold=85, severity=severity)
+        AlertEvaluator(enqueue=lambda ids: None).evaluate(hot(90), now=T0)
+        return Transition.objects.get(alert__rule=rule)
+
+
+def evaluate(evaluator, state, now):
+    with db:
+        evaluator.evaluate(state, now=now)
+
+
+def only_rule(**fields):
+    with db:
+        Rule.objects.all().delete()
+        Rule.objects.create(**fields)
+
+
+def assert_signed(request):
+    headers = request["headers"]
+    assert headers["X-Gpulse-Signature"] == signature(SECRET, headers["X-Gpulse-Timestamp"], request["body"])
+
+
+def test_a_receiver_answering_500_500_200_gets_three_attempts_with_one_event_id(worker, receiver, endpoint):  # noqa: F811
+    receiver.answer(500, 500, 200)
+    transition = a_transition()
+    tasks.dispatch.delay(transition.id)
+    requests = receiver.wait_for(3)
+    assert {r["headers"]["X-Gpulse-Event"] for r in requests} == {str(transition.event_id)}
+    for request in requests:
+        assert_signed(request)
+    logged = attempts(3)
+    assert [(a.attempt, a.status_code, a.outcome) for a in logged] == [(1, 500, "retry"), (2, 500, "retry"), (3, 200, "ok")]
+    assert all(a.transition_id == transition.id and a.endpoint_id == endpoint.id for a in logged)
+
+
+def test_a_receiver_answering_400_gets_one_attempt(worker, receiver, endpoint):  # noqa: F811
+    receiver.answer(400)
+    tasks.dispatch.delay(a_transition().id)
+    receiver.wait_for(1)
+    time.sleep(0.5)  # room for a (wrong) retry to show up
+    assert len(receiver.requests) == 1
+    [logged] = attempts(1)
+    assert (logged.status_code, logged.outcome) == (400, "failed")
+
+
+def test_it_gives_up_after_the_maximum_attempts(worker, receiver, endpoint, settings):  # noqa: F811
+    settings.GPULSE_WEBHOOK_MAX_ATTEMPTS = 3
+    receiver.answer(503, 503, 503, 503)
+    tasks.dispatch.delay(a_transition().id)
+    receiver.wait_for(3)
+    time.sleep(0.5)
+    assert len(receiver.requests) == 3
+    assert [a.outcome for a in attempts(3)] == ["retry", "retry", "retry"]
+
+
+def test_a_duplicated_dispatch_delivers_once(worker, receiver, endpoint):  # noqa: F811
+    transition = a_transition()
+    tasks.dispatch.delay(transition.id)
+    tasks.dispatch.delay(transition.id)
+    receiver.wait_for(1)
+    time.sleep(0.5)
+    assert len(receiver.requests) == 1
+
+
+def test_severity_filter_and_disabled_endpoints_are_respected(worker, receiver, endpoint):  # noqa: F811
+    with db:
+        WebhookEndpoint.objects.create(name="pager", url=receiver.url + "/pager", format="slack", min_severity="critical")
+        WebhookEndpoint.objects.create(name="off", url=receiver.url + "/off", enabled=False)
+        assert tasks.dispatch(a_transition(severity="warning").id) == 1
+    [request] = receiver.wait_for(1)
+    assert request["path"] == "/hook"
+
+
+def test_a_hot_gpu_gives_exactly_one_firing_and_one_resolved_post(worker, receiver, endpoint):  # noqa: F811
+    only_rule(name="GPU hot", metric="gpu.temp", comparison=">", threshold=85, for_seconds=5)
+    ev = AlertEvaluator()
+    for second in range(0, 5):
+        evaluate(ev, hot(91), T0 + second)
+    time.sleep(0.3)
+    assert receiver.requests == []  # pending only
+    evaluate(ev, hot(91), T0 + 5)  # within one tick of the `for` duration
+    receiver.wait_for(1)
+    for second in range(6, 10):
+        evaluate(ev, hot(91), T0 + second)
+    evaluate(ev, hot(60), T0 + 10)
+    evaluate(ev, hot(60), T0 + 11)
+    requests = receiver.wait_for(2)
+    time.sleep(0.5)
+    assert len(receiver.requests) == 2
+    bodies = [orjson.loads(r["body"]) for r in requests]
+    assert [b["status"] for b in bodies] == ["firing", "resolved"]
+    assert bodies[0]["alert"]["value"] == 91 and bodies[1]["alert"]["value"] == 60
+    assert requests[0]["headers"]["X-Gpulse-Event"] != requests[1]["headers"]["X-Gpulse-Event"]
+    for request in requests:
+        assert_signed(request)
+
+
+def test_two_ingest_processes_on_one_database_notify_once(worker, receiver, endpoint):  # noqa: F811
+    only_rule(name="GPU hot", metric="gpu.temp", comparison=">", threshold=85, for_seconds=2)
+    first, second = AlertEvaluator(), AlertEvaluator()
+    for now in (T0, T0 + 1, T0 + 2, T0 + 3):
+        evaluate(first, hot(91), now)
+        evaluate(second, hot(91), now + 0.1)
+    receiver.wait_for(1)
+    time.sleep(0.5)
+    assert len(receiver.requests) == 1
