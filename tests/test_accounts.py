@@ -57,3 +57,23 @@ def test_launches_and_cancels_are_audited(client, redis_client):
     client.post(f"/api/v1/benchmarks/{job_id}/cancel")
     actions = list(AuditEvent.objects.order_by("created").values_list("username", "action", "target"))
     assert actions == [("olga", "benchmark.launch", f"job {job_id}"), ("olga", "benchmark.cancel", f"job {job_id}")]
+
+
+def test_rule_changes_mutes_and_faults_are_audited(client, redis_client):
+    import json
+
+    user = get_user_model().objects.create_superuser("root", password="pw-root-123")
+    client.force_login(user)
+    rule_id = client.post("/api/v1/rules", json.dumps({"name": "hot", "metric": "gpu.temp", "comparison": ">",
+                                                       "threshold": 80, "for_seconds": 5}),
+                          content_type="application/json").json()["id"]
+    client.patch(f"/api/v1/rules/{rule_id}", json.dumps({"threshold": 90}), content_type="application/json")
+    client.delete(f"/api/v1/rules/{rule_id}")
+    client.post("/alerts/silences/", {"node_glob": "sim-01", "minutes": 30, "comment": "maintenance"})
+    client.post("/api/v1/simulator/faults", json.dumps({"node": "sim-01", "gpu": 2, "fault": "hot"}),
+                content_type="application/json")
+    actions = list(AuditEvent.objects.order_by("created").values_list("action", "target"))
+    assert actions[:3] == [("rule.create", f"rule {rule_id}"), ("rule.update", f"rule {rule_id}"),
+                           ("rule.delete", f"rule {rule_id}")]
+    assert ("simulator.fault", "sim-01/2") in actions
+    assert any(action == "silence.create" for action, _ in actions)

@@ -12,6 +12,7 @@ from django.forms.models import model_to_dict
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from dashboard.accounts.audit import audit
 from dashboard.alerts import simulator
 from dashboard.alerts.forms import FaultForm, RuleForm, SilenceForm, WebhookForm
 from dashboard.alerts.models import FIRING, PENDING, Alert, Rule, Silence, WebhookEndpoint
@@ -92,10 +93,12 @@ class Resource:
         extra = {"user": request.user} if self.pass_user else {}
         return self.form_class(data, instance=instance, **extra)
 
-    def _save(self, form, status):
+    def _save(self, request, form, status):
         if not form.is_valid():
             return _form_error(form)
         obj = form.save()
+        action = "create" if status == 201 else "update"
+        audit(request, f"{self.model._meta.model_name}.{action}", f"{self.model._meta.model_name} {obj.pk}", name=str(obj))
         payload = {"id": obj.id} if status == 201 else self.to_json(obj)
         if getattr(form, "generated_secret", None):
             payload["secret"] = form.generated_secret  # shown once, never again
@@ -113,7 +116,7 @@ class Resource:
         except BadRequest as exc:
             return _error(str(exc), 400)
         defaults = {k: v for k, v in model_to_dict(self.model(), fields=self.fields).items() if k != "secret"}
-        return self._save(self._form(request, {**defaults, **data}), 201)
+        return self._save(request, self._form(request, {**defaults, **data}), 201)
 
     def detail(self, request, pk):
         obj = self.model.objects.filter(pk=pk).first()
@@ -126,6 +129,7 @@ class Resource:
         if request.method == "DELETE":
             if denied := _denied(request, self.label % "delete"):
                 return denied
+            audit(request, f"{self.model._meta.model_name}.delete", f"{self.model._meta.model_name} {obj.pk}", name=str(obj))
             obj.delete()
             return HttpResponse(status=204)
         if denied := _denied(request, self.label % "change"):
@@ -135,7 +139,7 @@ class Resource:
         except BadRequest as exc:
             return _error(str(exc), 400)
         current = model_to_dict(obj, fields=self.fields)
-        return self._save(self._form(request, {**current, **data}, instance=obj), 200)
+        return self._save(request, self._form(request, {**current, **data}, instance=obj), 200)
 
 
 rules = Resource(Rule, RuleForm, rule_json, view_perm=None)
@@ -178,4 +182,5 @@ def simulator_faults(request):
         fields = simulator.set_fault(node, gpu, fault)
     except redis.RedisError as exc:
         return _error(f"Redis is unreachable, the fault was not set: {exc}", 503)
+    audit(request, "simulator.fault", node if gpu is None else f"{node}/{gpu}", fault=fault)
     return JsonResponse({"node": node, "gpu": gpu, "fault": fault, "fields": fields})

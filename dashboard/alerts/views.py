@@ -7,6 +7,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from dashboard.accounts.audit import audit
 from dashboard.alerts import delivery, simulator
 from dashboard.alerts.formats import Event
 from dashboard.alerts.forms import FaultForm, RuleForm, SilenceForm, WebhookForm
@@ -53,6 +54,7 @@ def silence_create(request):
     form = SilenceForm(request.POST, user=request.user)
     if form.is_valid():
         silence = form.save()
+        audit(request, "silence.create", silence.scope_text(), until=silence.until.isoformat())
         messages.success(request, f"Silenced {silence.scope_text()} until {silence.until:%Y-%m-%d %H:%M} UTC.")
     else:
         messages.error(request, "Silence not created: " + "; ".join(f"{f}: {e[0]}" for f, e in form.errors.items()))
@@ -62,7 +64,8 @@ def silence_create(request):
 @require_POST
 def silence_expire(request, pk):
     _require(request, "alerts.change_silence")
-    Silence.objects.filter(pk=pk, until__gt=timezone.now()).update(until=timezone.now())
+    if Silence.objects.filter(pk=pk, until__gt=timezone.now()).update(until=timezone.now()):
+        audit(request, "silence.expire", f"silence {pk}")
     messages.success(request, "Silence expired.")
     return redirect("alerts:list")
 
@@ -74,6 +77,7 @@ def rules(request):
         form = RuleForm(request.POST)
         if form.is_valid():
             rule = form.save()
+            audit(request, "rule.create", f"rule {rule.pk}", name=rule.name)
             messages.success(request, f"Rule “{rule.name}” created.")
             return redirect("alerts:rules")
     context = {
@@ -91,6 +95,7 @@ def rule_edit(request, pk):
         form = RuleForm(request.POST, instance=rule)
         if form.is_valid():
             form.save()
+            audit(request, "rule.update", f"rule {rule.pk}", name=rule.name)
             messages.success(request, f"Rule “{rule.name}” saved.")
             return redirect("alerts:rules")
     return render(request, "alerts/rule_edit.html", {"rule": rule, "form": form})
@@ -100,6 +105,7 @@ def rule_edit(request, pk):
 def rule_delete(request, pk):
     _require(request, "alerts.delete_rule")
     rule = get_object_or_404(Rule, pk=pk)
+    audit(request, "rule.delete", f"rule {rule.pk}", name=rule.name)
     rule.delete()
     messages.success(request, f"Rule “{rule.name}” deleted.")
     return redirect("alerts:rules")
@@ -117,6 +123,7 @@ def webhooks(request):
         form = WebhookForm(request.POST)
         if form.is_valid():
             endpoint = form.save()
+            audit(request, "webhookendpoint.create", f"webhookendpoint {endpoint.pk}", name=endpoint.name)
             note = f" Its signing secret (shown once): {form.generated_secret}" if form.generated_secret else ""
             messages.success(request, f"Webhook “{endpoint.name}” created.{note}")
             return redirect("alerts:webhook", pk=endpoint.pk)
@@ -137,6 +144,7 @@ def webhook_edit(request, pk):
         form = WebhookForm(request.POST, instance=endpoint)
         if form.is_valid():
             form.save()
+            audit(request, "webhookendpoint.update", f"webhookendpoint {endpoint.pk}", name=endpoint.name)
             messages.success(request, f"Webhook “{endpoint.name}” saved.")
             return redirect("alerts:webhook", pk=endpoint.pk)
     context = {"endpoint": endpoint, "form": form, "attempts": _attempt_log(endpoint.attempts.all())}
@@ -147,6 +155,7 @@ def webhook_edit(request, pk):
 def webhook_delete(request, pk):
     _require(request, "alerts.delete_webhookendpoint")
     endpoint = get_object_or_404(WebhookEndpoint, pk=pk)
+    audit(request, "webhookendpoint.delete", f"webhookendpoint {endpoint.pk}", name=endpoint.name)
     endpoint.delete()
     messages.success(request, f"Webhook “{endpoint.name}” deleted.")
     return redirect("alerts:webhooks")
@@ -179,6 +188,7 @@ def simulator_panel(request):
             except redis.RedisError as exc:
                 messages.error(request, f"Redis is unreachable, the fault was not set: {exc}")
             else:
+                audit(request, "simulator.fault", node if gpu is None else f"{node}/{gpu}", fault=fault)
                 messages.success(request, f"{target}: {'faults cleared' if fault == 'clear' else fault + ' injected'}.")
             return redirect("alerts:simulator")
     try:
