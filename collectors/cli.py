@@ -31,16 +31,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m collectors",
         description="Read GPU telemetry and stream version-1 samples into Redis.",
     )
-    parser.add_argument("--source", choices=("nvml", "simulated"), default="nvml",
-                        help="nvml: this machine's GPUs; simulated: a synthetic fleet (default: nvml)")
+    parser.add_argument("--source", choices=("nvml", "simulated", "dcgm"), default="nvml",
+                        help="nvml: this machine's GPUs; simulated: a synthetic fleet; "
+                             "dcgm: an existing dcgm-exporter endpoint (default: nvml)")
+    parser.add_argument("--dcgm-url", default="http://127.0.0.1:9400/metrics",
+                        help="dcgm-exporter endpoint for --source dcgm (default: %(default)s)")
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
                         help="Redis to write to (default: $REDIS_URL, else %(default)s)")
     parser.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between samples (default 1)")
-    parser.add_argument("--node-name", default=socket.gethostname(),
-                        help="node name for the nvml source (default: the hostname)")
+    parser.add_argument("--node-name",
+                        help="node name (default: the hostname for nvml; the exporter's Hostname label for dcgm)")
     parser.add_argument("--nodes", type=_positive_int, default=4, help="simulated nodes (default 4)")
     parser.add_argument("--gpus-per-node", type=_positive_int, default=8, help="simulated GPUs per node (default 8)")
     parser.add_argument("--seed", type=int, help="random seed of the simulated fleet, for repeatable runs")
+    parser.add_argument("--name-prefix", default="sim-",
+                        help="simulated node names are PREFIX01, PREFIX02, ...; give each of several simulated "
+                             "collectors its own prefix so their nodes stay apart (default %(default)s)")
     parser.add_argument("--fault", action="append", default=[], metavar="NODE[/GPU]=FAULT",
                         help="inject a fault into the simulated fleet: hot, xid[:CODE], ecc, lost, dead (repeatable)")
     parser.add_argument("--buffer-size", type=_positive_int, default=DEFAULT_BUFFER_SIZE,
@@ -89,6 +95,11 @@ def _parse_faults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             parser.error(f"--fault {spec}: {exc}")
         faults.append((node, gpu, fault))
     return faults
+
+
+def next_grid_point(interval: float) -> float:
+    """Return the next multiple of ``interval`` on the wall clock."""
+    return math.ceil(time.time() / interval) * interval
 
 
 def next_deadline(previous: float, interval: float, now: float) -> tuple[float, int]:
@@ -157,7 +168,8 @@ def simulated_fleet(args: argparse.Namespace, faults: list[tuple[str, int | None
     if not args.stdout:
         client = redis.Redis.from_url(args.redis_url, socket_connect_timeout=1, socket_timeout=1)
         reader = redis_fault_reader(client, Keys())
-    fleet = SimulatedFleet(args.nodes, args.gpus_per_node, args.interval, seed=args.seed, fault_reader=reader)
+    fleet = SimulatedFleet(args.nodes, args.gpus_per_node, args.interval, seed=args.seed,
+                           name_prefix=args.name_prefix, fault_reader=reader)
     for node, gpu, fault in faults:
         fleet.inject(node, gpu, fault)
     return fleet
@@ -167,7 +179,13 @@ def nvml_source(args: argparse.Namespace) -> Source:
     # Imported here so the simulated source runs where nvidia-ml-py is absent.
     from collectors.nvml import NvmlSource
 
-    return NvmlSource(args.node_name, args.interval)
+    return NvmlSource(args.node_name or socket.gethostname(), args.interval)
+
+
+def dcgm_source(args: argparse.Namespace) -> Source:
+    from collectors.dcgm import DcgmSource
+
+    return DcgmSource(args.dcgm_url, args.interval, node_name=args.node_name)
 
 
 def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopSignal,
@@ -181,11 +199,11 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
     # Deadlines sit on the wall clock's grid of whole intervals (as Telegraf's
     # round_interval does): NTP-synced nodes then sample together, so ingest
     # sees one burst per interval and sends its frame right after it.
-    deadline = math.floor(time.time() / args.interval) * args.interval
+    deadline = time.time() if args.once else next_grid_point(args.interval)
     if probe is not None:
         probe.start()
     try:
-        while not stop.requested:
+        while not stop.wait(deadline - time.time()):
             try:
                 if source is None:
                     source = open_source()
@@ -203,7 +221,7 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
                     source = None
                 stop.wait(retry_delay)
                 retry_delay = min(retry_delay * 2, SOURCE_RETRY_MAX)
-                deadline = math.floor(time.time() / args.interval) * args.interval
+                deadline = next_grid_point(args.interval)
                 continue
             if retry_delay > 1.0:
                 log.info("%s source available again", args.source)
@@ -218,8 +236,8 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
             deadline, missed = next_deadline(deadline, args.interval, time.time())
             if missed:
                 log.warning("sampling took longer than the %.2f s interval; skipped %d tick(s)", args.interval, missed)
-            # Capped, so a wall clock stepped backwards cannot stall sampling.
-            stop.wait(min(deadline - time.time(), args.interval))
+            # A wall clock stepped backwards must not stall sampling for long.
+            deadline = min(deadline, time.time() + args.interval)
     finally:
         if probe is not None:
             probe.stop()
@@ -245,10 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         def open_source() -> Source:
             return fleet
     else:
-        nodes, probe_ranks = [args.node_name], None
-
-        def open_source() -> Source:
-            return nvml_source(args)
+        nodes, probe_ranks = [args.node_name or socket.gethostname()], None
+        open_source = {"nvml": lambda: nvml_source(args), "dcgm": lambda: dcgm_source(args)}[args.source]
 
     probe = None
     if args.probe_interval > 0 and not (args.once or args.stdout):

@@ -5,6 +5,7 @@ from pathlib import Path
 import dj_database_url
 import plotly
 
+from dashboard import production
 from dashboard.env import env_bool, env_float, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -151,3 +152,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("GPULSE_LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
+
+# Bearer token Prometheus sends to /metrics; unset: /metrics needs a login like every page.
+GPULSE_METRICS_TOKEN = env_str("GPULSE_METRICS_TOKEN", "")
+
+# GPULSE_ENV=production hardens everything above (dashboard/production.py); last, so it wins.
+production.select(globals())

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from dashboard import metrics
 from dashboard.accounts.views import LoginView
 
 urlpatterns = [
@@ -11,5 +12,6 @@ urlpatterns = [
     path("benchmarks/", include("dashboard.benchmarks.urls")),
     path("api/v1/", include("dashboard.benchmarks.api_urls")),
     path("api/v1/", include("dashboard.alerts.api_urls")),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("", include("dashboard.live.urls")),
 ]

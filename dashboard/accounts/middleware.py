@@ -3,6 +3,7 @@ from django.http import JsonResponse
 from django.utils import timezone
 
 from dashboard.accounts.models import ApiToken, hash_token
+from dashboard.metrics import presents_metrics_token
 
 
 class BearerTokenMiddleware:
@@ -17,7 +18,7 @@ class BearerTokenMiddleware:
 
     def __call__(self, request):
         header = request.headers.get("Authorization", "")
-        if header.startswith("Bearer "):
+        if header.startswith("Bearer ") and not presents_metrics_token(request):
             token = ApiToken.objects.select_related("user").filter(token_hash=hash_token(header[7:].strip())).first()
             if token is None or not token.user.is_active:
                 return JsonResponse({"error": "invalid or revoked API token"}, status=401)

@@ -1,0 +1,41 @@
+# One image for every gpulse process: web, ingest, control worker, collector, node worker.
+#
+# TORCH_VARIANT chooses the torch==2.13.0 build (requirements.txt pins the version):
+#   cpu    (default) control-host images: nothing there runs CUDA, and the CPU wheel
+#          is a fraction of the size.
+#   cu128  (or another CUDA variant the node's driver supports) GPU-node images:
+#          the node worker runs NCCL all-reduce ranks on the GPUs.
+#   docker build --build-arg TORCH_VARIANT=cu128 -t gpulse:node .
+FROM python:3.11-slim
+
+ARG TORCH_VARIANT=cpu
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    DJANGO_SETTINGS_MODULE=dashboard.settings
+
+WORKDIR /app
+
+# Dependencies first, so a code change does not reinstall them. The extra index
+# offers torch 2.13.0+<variant>, which pip prefers to PyPI's 2.13.0 of the same pin.
+COPY requirements.txt .
+RUN pip install --extra-index-url "https://download.pytorch.org/whl/${TORCH_VARIANT}" -r requirements.txt
+
+COPY . .
+# Static files are collected into the image; the code stays owned by root, read-only to the app.
+RUN python manage.py collectstatic --noinput --verbosity 0 \
+    && groupadd --system --gid 10001 gpulse \
+    && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/gpulse --shell /usr/sbin/nologin gpulse
+
+# Numeric, so Kubernetes' runAsNonRoot can verify it.
+USER 10001:10001
+EXPOSE 8000
+
+# The web service's check; docker-compose.yml gives every other service its own.
+# The Host header must be one ALLOWED_HOSTS accepts.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=30s --retries=3 \
+    CMD python -c "import os, urllib.request as u; h = os.environ.get('ALLOWED_HOSTS', 'localhost').split(',')[0].strip().lstrip('.').replace('*', 'localhost'); u.urlopen(u.Request('http://127.0.0.1:8000/healthz', headers={'Host': h}), timeout=5)"
+
+CMD ["uvicorn", "dashboard.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--lifespan", "off"]

@@ -1,0 +1,80 @@
+import argparse
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from workers.allreduce import DTYPES, SpecError, SweepSpec, parse_size
+from workers.launcher import collect_versions, resolve_spec, run_node
+from workers.report import footer_lines, header_lines, row_line, to_json, wrong_total
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class Command(BaseCommand):
+    help = ("Run an all-reduce bandwidth sweep on this machine and print it like nccl-tests' "
+            "all_reduce_perf (sizes take K/M/G suffixes, binary).")
+    # It touches neither the database nor the URLs; the checks would only
+    # delay the benchmark, or stop it for a problem elsewhere in the project.
+    requires_system_checks = []
+
+    def add_arguments(self, parser):
+        parser.add_argument("--ranks-per-node", type=int, default=None,
+                            help="ranks to run (default: one per GPU, or 1 without GPUs)")
+        parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
+                            help="auto = nccl where CUDA is available, else gloo")
+        parser.add_argument("--min-bytes", type=_size, default="1K")
+        parser.add_argument("--max-bytes", type=_size, default="64M")
+        parser.add_argument("--factor", type=int, default=2, help="size step factor")
+        parser.add_argument("--iters", type=int, default=20, help="timed iterations per size")
+        parser.add_argument("--warmup", type=int, default=5, help="untimed iterations before each timing")
+        parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
+        parser.add_argument("--no-check", action="store_true", help="skip the correctness check")
+        parser.add_argument("--timeout", type=float, default=300.0, help="seconds before the whole job is stopped")
+        parser.add_argument("--corrupt-rank", type=int, default=None,
+                            help="diagnostic: corrupt this rank's input to see the check report wrong values")
+        parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+
+    def handle(self, *args, **options):
+        try:
+            spec = resolve_spec(SweepSpec(
+                backend=options["backend"], dtype=options["dtype"], min_bytes=options["min_bytes"],
+                max_bytes=options["max_bytes"], factor=options["factor"], warmup=options["warmup"],
+                iters=options["iters"], check=not options["no_check"], ranks_per_node=options["ranks_per_node"],
+                timeout=options["timeout"], corrupt_rank=options["corrupt_rank"],
+            ))
+        except SpecError as exc:
+            raise CommandError(str(exc)) from None
+
+        as_json = options["json"]
+        if not as_json:
+            self._print(*header_lines(spec, collect_versions()))
+        pending = {}
+
+        def print_row(row):
+            if not row.inplace:
+                pending["outplace"] = row
+            else:
+                self._print(row_line(pending.pop("outplace"), row))
+
+        try:
+            result = run_node(spec, on_row=None if as_json else print_row)
+        except KeyboardInterrupt:
+            raise CommandError("interrupted; every rank was stopped") from None
+        if not result.ok:
+            raise CommandError(f"all-reduce {result.status}: {result.reason}")
+        if as_json:
+            self._print(json.dumps(to_json(result.spec, result.versions, result.rows)))
+        else:
+            self._print(*footer_lines(result.rows))
+        if wrong_total(result.rows):
+            raise CommandError(f"{wrong_total(result.rows)} wrong values: the all-reduce returned wrong sums")
+
+    def _print(self, *lines: str) -> None:
+        for line in lines:
+            self.stdout.write(line)
+        self.stdout.flush()

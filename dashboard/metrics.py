@@ -1,0 +1,196 @@
+"""/metrics: the cluster's latest readings in Prometheus exposition format.
+
+Each scrape reads the cluster from Redis (read_cluster()) and the job and
+alert counts from the database through a collector on a fresh registry, so
+nothing is cached between scrapes and no process-global state is exported.
+
+Only current readings are exported: a node that is stale or down exports no
+GPU gauges (its last values are not current, and Prometheus would store
+them as if they were), and a reading the GPU does not report is left out,
+never exported as 0. Node status is always exported.
+"""
+
+import hmac
+import logging
+
+import redis
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.db import DatabaseError
+from django.db.models import Count
+from django.http import HttpResponse
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
+
+from dashboard.alerts.evaluate import firing_count
+from dashboard.alerts.models import STATUSES, Transition
+from dashboard.benchmarks.models import BenchmarkJob, JobStatus
+from dashboard.live.cluster import read_cluster
+from dashboard.live.state import DOWN, STALE, UP
+from gpulse.schema import GPU_METRICS, THROTTLE_REASONS
+
+log = logging.getLogger(__name__)
+
+GPU_LABELS = ["node", "gpu", "uuid", "model"]
+NODE_STATUSES = (UP, STALE, DOWN)
+# Node sets whose latest busbw is exported: bounds the series a scrape carries.
+BUSBW_JOBS_SCANNED = 200
+
+# sample field -> exported gauge; its help text is the schema's description.
+GPU_GAUGES = {
+    "util": "gpulse_gpu_utilization_percent",
+    "mem_util": "gpulse_gpu_memory_utilization_percent",
+    "mem_used": "gpulse_gpu_memory_used_bytes",
+    "mem_total": "gpulse_gpu_memory_total_bytes",
+    "temp": "gpulse_gpu_temperature_celsius",
+    "power": "gpulse_gpu_power_watts",
+    "power_limit": "gpulse_gpu_power_limit_watts",
+    "sm_clock": "gpulse_gpu_sm_clock_mhz",
+    "mem_clock": "gpulse_gpu_memory_clock_mhz",
+    "fan": "gpulse_gpu_fan_speed_percent",
+    "ecc_uncorrected": "gpulse_gpu_ecc_uncorrected_errors",
+    "pcie_tx": "gpulse_gpu_pcie_tx_bytes_per_second",
+    "pcie_rx": "gpulse_gpu_pcie_rx_bytes_per_second",
+    "nvlink_tx": "gpulse_gpu_nvlink_tx_bytes_per_second",
+    "nvlink_rx": "gpulse_gpu_nvlink_rx_bytes_per_second",
+}
+_DESCRIPTIONS = {metric.name: f"{metric.description} ({metric.unit})" for metric in GPU_METRICS}
+OTHER_METRICS = (
+    "gpulse_gpu_lost",
+    "gpulse_gpu_throttle_reason",
+    "gpulse_node_up",
+    "gpulse_node_status",
+    "gpulse_node_last_sample_timestamp_seconds",
+    "gpulse_benchmark_jobs",
+    "gpulse_benchmark_last_busbw_gbytes_per_second",
+    "gpulse_alerts_firing",
+    "gpulse_alert_transitions_total",
+)
+# Every series name /metrics can export (the Grafana dashboard's test checks against it).
+EXPORTED_NAMES = frozenset(GPU_GAUGES.values()) | frozenset(OTHER_METRICS)
+
+
+def gpu_families(nodes: list[dict]):
+    gauges = {field: GaugeMetricFamily(name, _DESCRIPTIONS[field], labels=GPU_LABELS)
+              for field, name in GPU_GAUGES.items()}
+    lost = GaugeMetricFamily("gpulse_gpu_lost", "1 when the GPU fell off the bus (NVML GPU_IS_LOST, XID 79)",
+                             labels=GPU_LABELS)
+    throttle = GaugeMetricFamily("gpulse_gpu_throttle_reason", "1 while this clock throttle reason is active",
+                                 labels=[*GPU_LABELS, "reason"])
+    for node in nodes:
+        if node["status"] != UP:
+            continue
+        for gpu in node["gpus"]:
+            labels = [node["node"], str(gpu["index"]), gpu.get("uuid") or "", gpu.get("name") or ""]
+            for field, family in gauges.items():
+                value = gpu.get(field)
+                if value is not None:
+                    family.add_metric(labels, value)
+            lost.add_metric(labels, 1 if gpu.get("lost") else 0)
+            reasons = gpu.get("throttle")
+            if reasons is not None:
+                for reason in THROTTLE_REASONS:
+                    throttle.add_metric([*labels, reason], 1 if reason in reasons else 0)
+    yield from gauges.values()
+    yield lost
+    yield throttle
+
+
+def node_families(nodes: list[dict]):
+    up = GaugeMetricFamily("gpulse_node_up", "1 while the node's collector reports on time", labels=["node"])
+    status = GaugeMetricFamily(
+        "gpulse_node_status", "the node's status, one-hot: up, stale (samples late) or down (latest sample expired)",
+        labels=["node", "status"],
+    )
+    last = GaugeMetricFamily("gpulse_node_last_sample_timestamp_seconds",
+                             "Unix time of the node's latest sample", labels=["node"])
+    for node in nodes:
+        name = node["node"]
+        up.add_metric([name], 1 if node["status"] == UP else 0)
+        for each in NODE_STATUSES:
+            status.add_metric([name, each], 1 if node["status"] == each else 0)
+        if node["ts"] is not None:
+            last.add_metric([name], node["ts"])
+    yield from (up, status, last)
+
+
+def benchmark_families():
+    counts = dict(BenchmarkJob.objects.values_list("status").annotate(n=Count("id")))
+    jobs = GaugeMetricFamily("gpulse_benchmark_jobs", "benchmark jobs by status", labels=["status"])
+    for status in JobStatus.values:
+        jobs.add_metric([status], counts.get(status, 0))
+    yield jobs
+    busbw = GaugeMetricFamily(
+        "gpulse_benchmark_last_busbw_gbytes_per_second",
+        "average bus bandwidth (nccl-tests' '# Avg bus bandwidth', GB/s) of the latest successful job per node set",
+        labels=["nodes"],
+    )
+    latest = (BenchmarkJob.objects.filter(status=JobStatus.SUCCEEDED, avg_busbw__isnull=False)
+              .order_by("-finished").values_list("nodes", "avg_busbw")[:BUSBW_JOBS_SCANNED])
+    seen = set()
+    for nodes, value in latest:
+        key = ",".join(nodes)
+        if key not in seen:
+            seen.add(key)
+            busbw.add_metric([key], value)
+    yield busbw
+
+
+def alert_families():
+    yield GaugeMetricFamily("gpulse_alerts_firing", "alerts firing now", value=firing_count())
+    transitions = CounterMetricFamily("gpulse_alert_transitions", "alert state changes recorded, by new status",
+                                      labels=["to"])
+    counts = dict(Transition.objects.values_list("new").annotate(n=Count("id")))
+    for status in STATUSES:
+        transitions.add_metric([status], counts.get(status, 0))
+    yield transitions
+
+
+class ClusterCollector:
+    """Everything /metrics exports, read at scrape time."""
+
+    def collect(self):
+        nodes = read_cluster()
+        yield from gpu_families(nodes)
+        yield from node_families(nodes)
+        yield from benchmark_families()
+        yield from alert_families()
+
+
+def presents_metrics_token(request) -> bool:
+    """Return whether the request is for /metrics with ``Authorization: Bearer <GPULSE_METRICS_TOKEN>``.
+
+    The API-token middleware lets such a request through to the view instead
+    of looking the token up as a user's API token.
+    """
+    token = settings.GPULSE_METRICS_TOKEN
+    if not token or request.path != reverse("metrics"):
+        return False
+    scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+    # Constant time: how much of a guess matches must not show in the response time.
+    return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode(), token.encode())
+
+
+@login_not_required  # Prometheus has no session: the view checks the token itself
+@require_GET
+def metrics_view(request):
+    if not (presents_metrics_token(request) or request.user.is_authenticated):
+        if settings.GPULSE_METRICS_TOKEN:
+            how = "Authorization: Bearer <GPULSE_METRICS_TOKEN>"
+        else:
+            how = "a session or API token"
+        return HttpResponse(f"authentication required: {how}\n", status=401, content_type="text/plain",
+                            headers={"WWW-Authenticate": 'Bearer realm="gpulse"'})
+    registry = CollectorRegistry()
+    registry.register(ClusterCollector())
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    try:
+        body = encoder(registry)
+    except (redis.RedisError, DatabaseError) as exc:
+        # A failed scrape (Prometheus' up == 0) rather than a partial one that looks healthy.
+        log.warning("/metrics: %s", exc)
+        return HttpResponse(f"gpulse metrics unavailable: {exc}\n", status=503, content_type="text/plain")
+    return HttpResponse(body, content_type=content_type)

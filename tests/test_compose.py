@@ -1,0 +1,161 @@
+"""docker-compose.yml, the Dockerfile and .env.example, checked by structure (no Docker engine here)."""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collectors.cli import build_parser
+from gpulse.keys import Keys
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
+COMPOSE = yaml.safe_load(COMPOSE_TEXT)
+SERVICES = COMPOSE["services"]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+CONTROL = ("web", "ingest", "control-worker")
+GPU_NODE = ("collector", "node-worker")
+LONG_RUNNING = ("redis", "postgres", *CONTROL, *GPU_NODE)
+# Compose interpolation, ${NAME...}; $${...} is escaped for the container's shell.
+INTERPOLATED = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)")
+SECRET_NAMES = re.compile(r"PASSWORD|SECRET|TOKEN|_URL$|AUTH")
+
+
+def command(service: str) -> str:
+    cmd = SERVICES[service]["command"]
+    return cmd if isinstance(cmd, str) else " ".join(cmd)
+
+
+def environment(service: str) -> dict:
+    return SERVICES[service].get("environment") or {}
+
+
+def test_every_service_is_there():
+    assert set(SERVICES) == {"redis", "postgres", "migrate", *CONTROL, *GPU_NODE}
+
+
+def test_redis_keeps_an_fsynced_aof_never_evicts_and_needs_a_password():
+    redis = SERVICES["redis"]
+    assert redis["image"] == "redis:7"
+    flags = command("redis")
+    for flag in ("--appendonly yes", "--appendfsync everysec", "--maxmemory-policy noeviction",
+                 '--requirepass "$$REDIS_PASSWORD"'):
+        assert flag in flags
+    assert 'test -n "$$REDIS_PASSWORD"' in flags  # an empty password would mean an open Redis
+    assert any(volume.endswith(":/data") for volume in redis["volumes"])
+    assert "redis-cli ping" in " ".join(redis["healthcheck"]["test"])
+
+
+def test_postgres_keeps_its_data_and_reports_ready():
+    postgres = SERVICES["postgres"]
+    assert postgres["image"] == "postgres:16"
+    assert any(volume.endswith(":/var/lib/postgresql/data") for volume in postgres["volumes"])
+    assert "pg_isready" in " ".join(postgres["healthcheck"]["test"])
+
+
+@pytest.mark.parametrize("service", LONG_RUNNING)
+def test_every_long_running_service_has_a_healthcheck(service):
+    check = SERVICES[service]["healthcheck"]
+    assert not check.get("disable") and check["test"][0] in ("CMD", "CMD-SHELL")
+
+
+def test_healthcheck_scripts_are_valid_python_and_use_the_redis_contract():
+    scripts = [check["test"][3] for check in (SERVICES[s]["healthcheck"] for s in LONG_RUNNING)
+               if check["test"][:3] == ["CMD", "python", "-c"]]
+    assert len(scripts) >= 4
+    for script in scripts:
+        compile(script, "healthcheck", "exec")
+    keys = Keys("gpulse:")
+    assert keys.ingest_heartbeat == "gpulse:" + "ingest:heartbeat"
+    assert "'ingest:heartbeat'" in SERVICES["ingest"]["healthcheck"]["test"][3]
+    assert keys.node("n1") == "gpulse:" + "node:" + "n1"
+    assert "'node:' + name" in SERVICES["collector"]["healthcheck"]["test"][3]
+
+
+def test_the_processes_run_the_project_entry_points():
+    assert command("web").startswith("uvicorn dashboard.asgi:application")
+    assert command("ingest") == "python manage.py ingest"
+    assert command("control-worker").startswith("celery -A dashboard.control_worker worker -Q control")
+    assert '-Q "node.$$node"' in command("node-worker")
+    assert 'node="$${GPULSE_NODE_NAME:-$$HOSTNAME}"' in command("node-worker")
+    assert "celery -A workers.node_worker worker" in command("node-worker")
+    for path in ("dashboard/asgi.py", "dashboard/control_worker.py", "workers/node_worker.py",
+                 "dashboard/live/management/commands/ingest.py", "collectors/__main__.py"):
+        assert (ROOT / path).exists(), path
+
+
+def test_the_collector_command_is_one_the_collector_cli_accepts():
+    shell = SERVICES["collector"]["command"][2]
+    words = shlex.split(shell.replace("$${GPULSE_NODE_NAME:-$$HOSTNAME}", "gpu-01"))
+    assert words[:4] == ["exec", "python", "-m", "collectors"]
+    args = build_parser().parse_args(words[4:])
+    assert args.source == "nvml" and args.node_name == "gpu-01"
+
+
+def test_migrations_run_once_before_the_control_processes_start():
+    migrate = SERVICES["migrate"]
+    assert "manage.py migrate --noinput" in command("migrate") and migrate["restart"] == "no"
+    assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for service in CONTROL:
+        depends = SERVICES[service]["depends_on"]
+        assert depends["migrate"]["condition"] == "service_completed_successfully"
+        assert depends["redis"]["condition"] == "service_healthy"
+
+
+def test_gpu_node_services_reserve_every_nvidia_gpu_under_the_gpu_node_profile():
+    for service in GPU_NODE:
+        spec = SERVICES[service]
+        assert spec["profiles"] == ["gpu-node"]
+        devices = spec["deploy"]["resources"]["reservations"]["devices"]
+        assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+        assert "depends_on" not in spec  # a GPU node runs no Redis or database of its own
+    for service in ("redis", "postgres", "migrate", *CONTROL):
+        assert "profiles" not in SERVICES[service] and "deploy" not in SERVICES[service]
+
+
+def test_control_processes_run_production_settings_against_postgres_and_a_password_protected_redis():
+    for service in ("migrate", *CONTROL):
+        env = environment(service)
+        assert env["GPULSE_ENV"] == "production"
+        assert env["DATABASE_URL"].startswith("postgres://${POSTGRES_USER")
+        assert env["DATABASE_URL"].endswith("@postgres:5432/${POSTGRES_DB:-gpulse}")
+        assert env["REDIS_URL"] == "redis://:${REDIS_PASSWORD:-}@redis:6379/0"
+        assert env["SECRET_KEY"] == "${SECRET_KEY:-}" and env["ALLOWED_HOSTS"] == "${ALLOWED_HOSTS:-}"
+
+
+def test_no_secret_is_written_into_the_compose_file():
+    for name, spec in SERVICES.items():
+        for key, value in (spec.get("environment") or {}).items():
+            if SECRET_NAMES.search(key):
+                assert "${" in str(value), f"{name}: {key} is hard-coded"
+    assert not re.search(r"(?i)(password|secret)[^$\n]*[:=]\s*['\"]?[A-Za-z0-9]{8,}", COMPOSE_TEXT)
+
+
+def test_env_example_lists_every_variable_the_compose_file_reads():
+    example = (ROOT / ".env.example").read_text()
+    listed = dict(line.split("=", 1) for line in example.splitlines() if line and not line.startswith("#"))
+    referenced = set(INTERPOLATED.findall(COMPOSE_TEXT))
+    assert referenced and referenced <= set(listed), referenced - set(listed)
+    for name in ("SECRET_KEY", "POSTGRES_PASSWORD", "REDIS_PASSWORD", "GPULSE_METRICS_TOKEN"):
+        assert listed[name] == "", f"{name} must be left for the operator to fill in"
+
+
+def test_the_dockerfile_builds_a_slim_non_root_image():
+    assert re.search(r"^FROM python:3\.11-slim$", DOCKERFILE, re.M)
+    users = re.findall(r"^USER (\S+)", DOCKERFILE, re.M)
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert re.search(r"^EXPOSE 8000$", DOCKERFILE, re.M)
+    assert "collectstatic --noinput" in DOCKERFILE
+    assert "-r requirements.txt" in DOCKERFILE and "requirements-dev" not in DOCKERFILE
+    assert re.search(r"^ARG TORCH_VARIANT=cpu$", DOCKERFILE, re.M)
+    healthcheck = re.search(r'^HEALTHCHECK .*\n\s+CMD python -c "(.*)"$', DOCKERFILE, re.M)
+    compile(healthcheck.group(1), "HEALTHCHECK", "exec")
+    assert "/healthz" in healthcheck.group(1)
+
+
+def test_the_build_context_leaves_out_secrets_and_local_state():
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    for entry in (".env", ".venv", ".git", "db.sqlite3*"):
+        assert entry in ignored
