@@ -188,3 +188,23 @@ def test_a_redelivered_start_never_sends_a_second_copy(operator, live_nodes, red
     assert not claimed_again and again.status == "running"
     for node in live_nodes:
         assert redis_client.llen(f"gpulse:celery:node.{node}") == 1  # one task per node, not two
+
+
+def test_the_cli_runs_a_recorded_job_across_nodes_through_the_workers(live_nodes, node_workers, control_worker, capsys):
+    from django.core.management import call_command
+
+    node_workers.start(*live_nodes)
+    call_command("allreduce", "--nodes", ",".join(live_nodes), "--ranks-per-node", "1", "--backend", "gloo",
+                 "--min-bytes", "1K", "--max-bytes", "16K", "--iters", "3", "--warmup", "1")
+    out = capsys.readouterr().out
+    assert "# Avg bus bandwidth" in out and "ranks 2 (2 node(s) x 1)" in out
+    assert len([line for line in out.splitlines() if line.strip() and not line.startswith("#")]) == 5
+    job = BenchmarkJob.objects.get()
+    assert job.status == "succeeded" and job.created_by is None
+
+
+def test_the_cli_names_the_nodes_that_are_up_when_one_is_not(live_nodes):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match=r"nodes up now: bench-a, bench-b"):
+        call_command("allreduce", "--nodes", "bench-a,ghost", "--backend", "gloo")

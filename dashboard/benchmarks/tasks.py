@@ -10,6 +10,8 @@ from dashboard.benchmarks.rendezvous import choose_rendezvous
 from dashboard.live.cluster import redis_client
 from gpulse.keys import Keys
 from workers import job_events
+from workers.allreduce import Row
+from workers.report import avg_busbw
 from workers.celery_app import BENCHMARK_HARD_LIMIT, CONTROL_QUEUE, app, node_queue
 
 log = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ def record(job: BenchmarkJob, reports: dict, failed: list) -> str:
         "versions": {r["node"]: r["result"]["versions"] for r in reports.values()},
         "backend": head["spec"]["backend"],
     }
-    job.avg_busbw = sum(r["busbw"] for r in rows) / len(rows) if rows else None
+    job.avg_busbw = avg_busbw([Row(**r) for r in rows]) if rows else None
     largest = max((r["size"] for r in rows), default=None)
     job.peak_busbw = max((r["busbw"] for r in rows if r["size"] == largest), default=None)
     job.save(update_fields=["result", "avg_busbw", "peak_busbw"])

@@ -23,6 +23,9 @@ class Command(BaseCommand):
     requires_system_checks = []
 
     def add_arguments(self, parser):
+        parser.add_argument("--nodes", type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
+                            help="comma-separated nodes: run across them through their node workers (Celery) "
+                                 "and record the job; without it, run on this machine")
         parser.add_argument("--ranks-per-node", type=int, default=None,
                             help="ranks to run (default: one per GPU, or 1 without GPUs)")
         parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
@@ -40,6 +43,8 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
 
     def handle(self, *args, **options):
+        if options["nodes"]:
+            return self.run_on_nodes(options)
         try:
             spec = resolve_spec(SweepSpec(
                 backend=options["backend"], dtype=options["dtype"], min_bytes=options["min_bytes"],
@@ -73,6 +78,37 @@ class Command(BaseCommand):
             self._print(*footer_lines(result.rows))
         if wrong_total(result.rows):
             raise CommandError(f"{wrong_total(result.rows)} wrong values: the all-reduce returned wrong sums")
+
+    def run_on_nodes(self, options) -> None:
+        """Launch a recorded job on the named nodes, then print its rows as rank 0 streams them."""
+        from dashboard.benchmarks.cli_job import follow_job, launch_job
+
+        job = launch_job(options)
+        self.stderr.write(f"job {job.pk} on {', '.join(job.nodes)}: {job.ranks_per_node} rank(s) per node")
+        spec = SweepSpec(backend=job.backend, dtype=job.dtype, min_bytes=job.min_bytes, max_bytes=job.max_bytes,
+                         factor=job.step_factor, warmup=job.warmup_iters, iters=job.iters, check=job.correctness_check,
+                         nnodes=len(job.nodes), ranks_per_node=job.ranks_per_node, master_port=1,
+                         timeout=job.timeout_seconds)
+        as_json = options["json"]
+        if not as_json:
+            self._print(*header_lines(spec, {}))
+        pending = {}
+
+        def print_row(row):
+            if not row.inplace:
+                pending["outplace"] = row
+            elif not as_json:
+                self._print(row_line(pending.pop("outplace"), row))
+
+        job, rows = follow_job(job, print_row)
+        if job.status != "succeeded":
+            raise CommandError(f"job {job.pk} {job.status}: {job.reason}")
+        if as_json:
+            self._print(json.dumps(to_json(spec, job.result["versions"], rows)))
+        else:
+            self._print(*footer_lines(rows))
+        if wrong_total(rows):
+            raise CommandError(f"{wrong_total(rows)} wrong values: the all-reduce returned wrong sums")
 
     def _print(self, *lines: str) -> None:
         for line in lines:
