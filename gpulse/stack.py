@@ -37,7 +37,6 @@ class Stack:
         interval: float = 1.0,
         node_workers: bool = True,
         extra_env: dict | None = None,
-        quiet: bool = False,
     ):
         self.port = port
         self.state_dir = Path(state_dir)
@@ -48,7 +47,6 @@ class Stack:
         self.interval = interval
         self.node_workers = node_workers
         self.extra_env = extra_env or {}
-        self.quiet = quiet
         self.redis: EmbeddedRedis | None = None
         self.processes: list[tuple[str, subprocess.Popen]] = []
         self.admin_line = ""
