@@ -102,20 +102,6 @@ def next_grid_point(interval: float) -> float:
     return math.ceil(time.time() / interval) * interval
 
 
-def next_deadline(previous: float, interval: float, now: float) -> tuple[float, int]:
-    """Return the next tick after ``previous`` that is still ahead of ``now``, and how many ticks were missed.
-
-    Deadlines stay on the grid previous + k × interval, so sampling cost never
-    accumulates into drift; a sample that overran skips the ticks it missed
-    instead of bunching them up.
-    """
-    deadline = previous + interval
-    if now <= deadline:
-        return deadline, 0
-    missed = int((now - deadline) // interval) + 1
-    return deadline + missed * interval, missed
-
-
 # Simulated nodes all share this machine's CPU: their probes run two gloo
 # ranks each, not one per simulated GPU.
 SIMULATED_PROBE_RANKS = 2
@@ -199,7 +185,7 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
     # Deadlines sit on the wall clock's grid of whole intervals (as Telegraf's
     # round_interval does): NTP-synced nodes then sample together, so ingest
     # sees one burst per interval and sends its frame right after it.
-    deadline = time.time() if args.once else next_grid_point(args.interval)
+    deadline = time.time()
     if probe is not None:
         probe.start()
     try:
@@ -219,9 +205,8 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
                 if source is not None:
                     source.close()
                     source = None
-                stop.wait(retry_delay)
+                deadline = time.time() + retry_delay
                 retry_delay = min(retry_delay * 2, SOURCE_RETRY_MAX)
-                deadline = next_grid_point(args.interval)
                 continue
             if retry_delay > 1.0:
                 log.info("%s source available again", args.source)
@@ -233,11 +218,10 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
                           file=sys.stderr)
                     return 1
                 return 0
-            deadline, missed = next_deadline(deadline, args.interval, time.time())
+            missed = int((time.time() - deadline) // args.interval)
             if missed:
                 log.warning("sampling took longer than the %.2f s interval; skipped %d tick(s)", args.interval, missed)
-            # A wall clock stepped backwards must not stall sampling for long.
-            deadline = min(deadline, time.time() + args.interval)
+            deadline = next_grid_point(args.interval)
     finally:
         if probe is not None:
             probe.stop()

@@ -67,7 +67,8 @@ def node_workers(redis_server, redis_client, tmp_path):
 @contextmanager
 def control_worker_running():
     app.conf.broker_url = os.environ["REDIS_URL"]
-    import dashboard.benchmarks.tasks  # noqa: F401  (registers the control tasks)
+    import dashboard.alerts.tasks  # noqa: F401  (registers the control tasks)
+    import dashboard.benchmarks.tasks  # noqa: F401
 
     with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, queues=[CONTROL_QUEUE],
                       loglevel="WARNING", shutdown_timeout=30):

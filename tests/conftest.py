@@ -24,3 +24,14 @@ def redis_client(redis_server):
     client.flushdb()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(tmp_path_factory):
+    """Put the SQLite test database in a file: Celery worker threads then wait
+    on its lock (WAL, busy timeout) instead of failing as in-memory SQLite does."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        database["TEST"]["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")

@@ -255,7 +255,9 @@ def test_nvml_going_away_while_sampling_raises_source_unavailable(open_source, f
     source.close()  # safe twice
 
 
-def test_an_unexpected_nvml_error_nulls_readings_and_is_logged_once(open_source, fake_library, caplog):
+def test_an_unexpected_nvml_error_nulls_readings_and_is_logged_once(open_source, fake_library, caplog, monkeypatch):
+    # "Once" is per process: start from a collector that has warned about nothing yet.
+    monkeypatch.setattr("collectors.nvml._warned", set())
     source = open_source(gpus=1)
     only_sample(source)
 

@@ -1,71 +1,44 @@
 """Deliveries end to end: evaluate() → transition → real Celery worker (control queue) → real receiver."""
 
-import threading
 import time
 
 import orjson
 import pytest
-from celery.contrib.testing.worker import start_worker
-from celery.signals import task_postrun, task_prerun
 
 from dashboard.alerts import tasks
 from dashboard.alerts.delivery import signature
 from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.alerts.models import DeliveryAttempt, Rule, Transition, WebhookEndpoint
 from tests.test_alerts_evaluate import T0, hot
+from tests.celery_workers import control_worker_running
 from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
-from workers.celery_app import CONTROL_QUEUE, app
+from workers.celery_app import app
 
 SECRET = "worker-test-secret"
 
 # The worker thread uses its own database connection: tests must commit.
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
-
-# The test database is SQLite in memory with a shared cache, where two threads
-# touching one table fail at once ("table is locked") instead of waiting as a
-# file database does. This lock takes turns: the worker holds it while a task
-# runs, the test while it uses the database.
-db = threading.RLock()
-
-
-def _task_started(**_):
-    db.acquire()
-
-
-def _task_finished(**_):
-    db.release()
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(scope="module")
 def worker(django_db_setup, django_db_blocker):
-    from django.conf import settings
-
-    app.conf.broker_url = settings.REDIS_URL
     app.control.purge()
-    task_prerun.connect(_task_started)
-    task_postrun.connect(_task_finished)
-    try:
-        with start_worker(app, pool="solo", perform_ping_check=False, queues=[CONTROL_QUEUE], shutdown_timeout=10):
-            yield
-    finally:
-        task_prerun.disconnect(_task_started)
-        task_postrun.disconnect(_task_finished)
+    with control_worker_running():
+        yield
 
 
 @pytest.fixture
 def endpoint(receiver, settings):  # noqa: F811
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     settings.GPULSE_WEBHOOK_RETRY_BASE = 0.02  # seconds: the real backoff, made tiny
-    with db:
-        return WebhookEndpoint.objects.create(name="ops", url=receiver.url + "/hook", secret=SECRET, format="gpulse")
+    return WebhookEndpoint.objects.create(name="ops", url=receiver.url + "/hook", secret=SECRET, format="gpulse")
 
 
 def attempts(expected: int, timeout: float = 10.0) -> list[DeliveryAttempt]:
     """Wait until the worker has logged ``expected`` attempts; return them in order."""
     deadline = time.monotonic() + timeout
     while True:
-        with db:
-            rows = list(DeliveryAttempt.objects.order_by("id"))
+        rows = list(DeliveryAttempt.objects.order_by("id"))
         if len(rows) >= expected or time.monotonic() > deadline:
             return rows
         time.sleep(0.02)
@@ -73,22 +46,19 @@ def attempts(expected: int, timeout: float = 10.0) -> list[DeliveryAttempt]:
 
 def a_transition(severity="warning") -> Transition:
     """Fire a rule without a `for` duration; return the firing transition, not yet sent."""
-    with db:
-        Rule.objects.all().delete()
-        rule = Rule.objects.create(name="hot", metric="gpu.temp", comparison=">", threshold=85, severity=severity)
-        AlertEvaluator(enqueue=lambda ids: None).evaluate(hot(90), now=T0)
-        return Transition.objects.get(alert__rule=rule)
+    Rule.objects.all().delete()
+    rule = Rule.objects.create(name="hot", metric="gpu.temp", comparison=">", threshold=85, severity=severity)
+    AlertEvaluator(enqueue=lambda ids: None).evaluate(hot(90), now=T0)
+    return Transition.objects.get(alert__rule=rule)
 
 
 def evaluate(evaluator, state, now):
-    with db:
-        evaluator.evaluate(state, now=now)
+    evaluator.evaluate(state, now=now)
 
 
 def only_rule(**fields):
-    with db:
-        Rule.objects.all().delete()
-        Rule.objects.create(**fields)
+    Rule.objects.all().delete()
+    Rule.objects.create(**fields)
 
 
 def assert_signed(request):
@@ -139,10 +109,9 @@ def test_a_duplicated_dispatch_delivers_once(worker, receiver, endpoint):  # noq
 
 
 def test_severity_filter_and_disabled_endpoints_are_respected(worker, receiver, endpoint):  # noqa: F811
-    with db:
-        WebhookEndpoint.objects.create(name="pager", url=receiver.url + "/pager", format="slack", min_severity="critical")
-        WebhookEndpoint.objects.create(name="off", url=receiver.url + "/off", enabled=False)
-        assert tasks.dispatch(a_transition(severity="warning").id) == 1
+    WebhookEndpoint.objects.create(name="pager", url=receiver.url + "/pager", format="slack", min_severity="critical")
+    WebhookEndpoint.objects.create(name="off", url=receiver.url + "/off", enabled=False)
+    assert tasks.dispatch(a_transition(severity="warning").id) == 1
     [request] = receiver.wait_for(1)
     assert request["path"] == "/hook"
 
