@@ -1,0 +1,427 @@
+/* Node detail: status, live per-GPU charts (15 min), GPU and process tables, history.
+ *
+ * The live charts start from the node's recent points (GET /api/v1/nodes/<name>
+ * ?recent=1) and grow from /ws/nodes/<name>/, which sends the full sample
+ * whenever the node's sample or status changes. A down node's last values are
+ * never shown as if current: its tables say when data stopped instead.
+ */
+(function () {
+  "use strict";
+
+  const L = window.GpulseLive;
+  const WINDOW_S = 15 * 60;
+  // A step longer than this many intervals is a missed sample: draw a gap.
+  const GAP_INTERVALS = 2;
+  const HISTORY_GAP_S = 2 * 60;
+  const MIB_PER_GIB = 1024;
+  // Plotly takes epoch milliseconds as UTC; shift them so the axes read local time.
+  const TZ_SHIFT_MS = -new Date().getTimezoneOffset() * 60000;
+  const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+  const FONT = { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 11, color: "#1f2933" };
+  const PLOT_CONFIG = { displaylogo: false, displayModeBar: false, responsive: true };
+
+  // One chart per metric; `row` reads a recent point's row (frames.py FIELDS:
+  // util, mem_used MiB, temp, power W, sm_clock, flags), `sample` a v1 GPU.
+  const LIVE = [
+    { id: "live-util", title: "Utilization", unit: "%", digits: 0 },
+    { id: "live-mem", title: "Memory used", unit: "GiB", digits: 1 },
+    { id: "live-temp", title: "Temperature", unit: "°C", digits: 0 },
+    { id: "live-power", title: "Power", unit: "W", digits: 0 },
+  ];
+  const HISTORY = [
+    { id: "hist-util", key: "util", title: "Utilization", unit: "%", scale: 1, digits: 1 },
+    { id: "hist-mem", key: "mem_used", title: "Memory used", unit: "GiB", scale: 1 / L.GIB, digits: 1 },
+    { id: "hist-temp", key: "temp", title: "Temperature", unit: "°C", scale: 1, digits: 1 },
+    { id: "hist-power", key: "power", title: "Power", unit: "W", scale: 1, digits: 0 },
+  ];
+  const NO_VALUES = [null, null, null, null];
+
+  const initial = JSON.parse(document.getElementById("node-data").textContent);
+  const name = initial.node;
+  const since = new URLSearchParams(location.search).get("since") || "1h";
+
+  const live = {
+    status: initial.status,
+    ts: initial.ts,
+    interval: initial.interval || 1,
+    sample: initial.status === "down" ? null : initial,
+    error: null,
+  };
+  let points = []; // {ts, values: [[util, mem GiB, temp, power] per GPU]}, oldest first
+  let chartsQueued = false;
+  let lastChartsAt = 0;
+
+  const els = {
+    status: document.getElementById("node-status"),
+    age: document.getElementById("node-age"),
+    host: document.getElementById("node-host"),
+    banner: document.getElementById("node-banner"),
+    conn: document.getElementById("conn-state"),
+    gpuBody: document.querySelector("#gpu-table tbody"),
+    gpuTable: document.getElementById("gpu-table"),
+    procBody: document.querySelector("#proc-table tbody"),
+    historyNote: document.getElementById("history-note"),
+  };
+
+  function num(value) {
+    return typeof value === "number" ? value : null;
+  }
+
+  function shiftMs(ts) {
+    return ts * 1000 + TZ_SHIFT_MS;
+  }
+
+  /* ---- live points ------------------------------------------------------------- */
+
+  function sampleValues(sample) {
+    return sample.gpus.map(function (gpu) {
+      if (gpu.lost) return NO_VALUES;
+      const mem = num(gpu.mem_used);
+      return [num(gpu.util), mem === null ? null : mem / L.GIB, num(gpu.temp), num(gpu.power)];
+    });
+  }
+
+  function rowValues(rows) {
+    return rows.map(function (row) {
+      if (row[5] & 1) return NO_VALUES; // FLAG_LOST
+      return [num(row[0]), row[1] === null ? null : row[1] / MIB_PER_GIB, num(row[2]), num(row[3])];
+    });
+  }
+
+  function addSample(sample) {
+    const last = points.length ? points[points.length - 1].ts : -Infinity;
+    if (sample.ts <= last) return;
+    points.push({ ts: sample.ts, values: sampleValues(sample) });
+    queueCharts();
+  }
+
+  /* Put the recent points older than anything the websocket already delivered in front. */
+  function backfill(recent) {
+    const first = points.length ? points[0].ts : Infinity;
+    const older = [];
+    recent.forEach(function (point) {
+      if (point[0] < first) older.push({ ts: point[0], values: rowValues(point[1]) });
+    });
+    points = older.concat(points);
+    queueCharts();
+  }
+
+  function gpuLabels() {
+    if (live.sample) return live.sample.gpus.map(function (gpu) { return "GPU " + gpu.index; });
+    let n = 0;
+    points.forEach(function (p) { n = Math.max(n, p.values.length); });
+    const labels = [];
+    for (let g = 0; g < n; g++) labels.push("GPU " + g);
+    return labels;
+  }
+
+  function queueCharts() {
+    if (!chartsQueued) {
+      chartsQueued = true;
+      requestAnimationFrame(renderLiveCharts);
+    }
+  }
+
+  function renderLiveCharts() {
+    chartsQueued = false;
+    lastChartsAt = performance.now();
+    const end = Date.now() / 1000;
+    const start = end - WINDOW_S;
+    let drop = 0;
+    while (drop < points.length && points[drop].ts < start) drop++;
+    if (drop) points = points.slice(drop);
+    const labels = gpuLabels();
+    const gapAfter = GAP_INTERVALS * live.interval;
+    const limits = yLimits();
+    LIVE.forEach(function (chart, k) {
+      const traces = labels.map(function (label, g) {
+        const x = [], y = [];
+        let previous = null;
+        for (let p = 0; p < points.length; p++) {
+          const point = points[p];
+          if (previous !== null && point.ts - previous > gapAfter) {
+            x.push(shiftMs(previous + live.interval));
+            y.push(null);
+          }
+          x.push(shiftMs(point.ts));
+          const values = point.values[g];
+          y.push(values ? values[k] : null);
+          previous = point.ts;
+        }
+        return {
+          type: "scatter", mode: "lines", name: label, x: x, y: y, connectgaps: false,
+          line: { width: 1.5, color: COLOURS[g % COLOURS.length] },
+          hovertemplate: label + ": %{y:." + chart.digits + "f} " + chart.unit + "<extra></extra>",
+        };
+      });
+      const layout = chartLayout(chart.title, chart.unit, [shiftMs(start), shiftMs(end)], limits[k]);
+      Plotly.react(chart.id, traces, layout, PLOT_CONFIG);
+    });
+  }
+
+  /* Fixed y ranges where the hardware sets one, so lines do not jump around. */
+  function yLimits() {
+    let memTotal = 0, powerLimit = 0;
+    if (live.sample) {
+      live.sample.gpus.forEach(function (gpu) {
+        memTotal = Math.max(memTotal, num(gpu.mem_total) || 0);
+        powerLimit = Math.max(powerLimit, num(gpu.power_limit) || 0);
+      });
+    }
+    return [
+      [0, 105],
+      memTotal ? [0, (memTotal / L.GIB) * 1.02] : null,
+      null,
+      powerLimit ? [0, powerLimit * 1.05] : null,
+    ];
+  }
+
+  function chartLayout(title, unit, xrange, yrange) {
+    return {
+      height: 250,
+      margin: { l: 46, r: 10, t: 30, b: 58 },
+      font: FONT,
+      title: { text: title + " (" + unit + ")", x: 0.01, xanchor: "left", y: 0.97, font: { size: 13 } },
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "#ffffff",
+      xaxis: { type: "date", range: xrange, gridcolor: "#e8ecf0", linecolor: "#c9d1d9" },
+      yaxis: yrange
+        ? { range: yrange, autorange: false, gridcolor: "#e8ecf0", zeroline: false }
+        : { autorange: true, rangemode: "tozero", gridcolor: "#e8ecf0", zeroline: false },
+      hovermode: "x unified",
+      showlegend: true,
+      legend: { orientation: "h", x: 0, y: -0.22, font: { size: 10 } },
+    };
+  }
+
+  /* ---- status and tables ---------------------------------------------------------- */
+
+  function onMessage(text) {
+    const message = JSON.parse(text);
+    if (message.type !== "node") return;
+    if (message.error) {
+      live.error = message.error;
+      renderStatus();
+      return;
+    }
+    live.error = null;
+    live.status = message.status;
+    live.ts = message.ts === null || message.ts === undefined ? live.ts : message.ts;
+    live.sample = message.sample;
+    if (message.sample) {
+      live.interval = message.sample.interval || live.interval;
+      addSample(message.sample);
+    }
+    renderStatus();
+    renderTables();
+  }
+
+  function renderStatus() {
+    const status = live.error ? "unknown" : live.status;
+    els.status.textContent = status;
+    els.status.className = "status status-" + status;
+    const age = live.ts ? Date.now() / 1000 - live.ts : null;
+    let banner = "";
+    let level = "";
+    if (live.error) {
+      banner = "Live data unavailable: " + live.error + ". The values below may be old.";
+      level = "warn";
+    } else if (live.status === "down") {
+      banner = live.ts
+        ? "Down: no data since " + L.dateTime(live.ts) + " (" + L.age(age) + " ago). Its latest sample expired, so no values are shown."
+        : "Down: gpulse has no data from this node.";
+      level = "error";
+    } else if (live.status === "stale") {
+      banner = "Stale: the latest sample is " + L.age(age) + " old (expected every " + live.interval + " s); the values below are from " + L.clockTime(live.ts) + ".";
+      level = "warn";
+    }
+    els.banner.hidden = !banner;
+    els.banner.textContent = banner;
+    els.banner.className = "banner " + level;
+    els.age.textContent = live.status === "down" ? "" : "last sample " + L.age(age) + " ago";
+    els.gpuTable.classList.toggle("stale", live.status === "stale" || Boolean(live.error));
+    const host = live.sample && live.sample.host;
+    els.host.textContent = host
+      ? "host CPU " + L.fixed(num(host.cpu_util), 0) + " % · memory " + L.gib(num(host.mem_used), 0) + " / " + L.gib(num(host.mem_total), 0) + " GiB"
+      : "";
+  }
+
+  function na() {
+    return '<span class="na" title="This GPU or its driver does not report it">not supported</span>';
+  }
+
+  function value(v, digits) {
+    return num(v) === null ? na() : v.toFixed(digits);
+  }
+
+  function pair(a, b, format) {
+    if (num(a) === null && num(b) === null) return na();
+    return (num(a) === null ? "—" : format(a)) + " / " + (num(b) === null ? "—" : format(b));
+  }
+
+  function gib(bytes) {
+    return (bytes / L.GIB).toFixed(1);
+  }
+
+  function round(v) {
+    return String(Math.round(v));
+  }
+
+  function throttleText(reasons) {
+    if (!Array.isArray(reasons)) return na();
+    if (!reasons.length) return '<span class="muted">none</span>';
+    return reasons.map(function (reason) {
+      const slowdown = reason !== "gpu_idle" && reason !== "applications_clocks_setting";
+      return '<span class="' + (slowdown ? "warn-text" : "muted") + '">' + L.escapeHtml(reason.replace(/_/g, " ")) + "</span>";
+    }).join(", ");
+  }
+
+  function xidText(xids) {
+    if (!Array.isArray(xids)) return na();
+    if (!xids.length) return '<span class="muted">none</span>';
+    return '<span class="error-text">' + xids.map(function (x) {
+      return L.escapeHtml(typeof x === "object" && x !== null ? x.code || JSON.stringify(x) : x);
+    }).join(", ") + "</span>";
+  }
+
+  function gpuRow(gpu) {
+    const head = '<td class="num">' + gpu.index + "</td><td>" + L.escapeHtml(gpu.name || "") + "</td>";
+    if (gpu.lost) {
+      return '<tr class="lost">' + head + '<td colspan="11"><b class="status status-down">LOST</b> the GPU fell off the bus: no readings</td></tr>';
+    }
+    const ecc = num(gpu.ecc_uncorrected);
+    return "<tr>" + head +
+      '<td class="num">' + value(gpu.util, 0) + "</td>" +
+      '<td class="num">' + pair(gpu.mem_used, gpu.mem_total, gib) + "</td>" +
+      '<td class="num">' + value(gpu.temp, 0) + "</td>" +
+      '<td class="num">' + pair(gpu.power, gpu.power_limit, round) + "</td>" +
+      '<td class="num">' + pair(gpu.sm_clock, gpu.mem_clock, round) + "</td>" +
+      '<td class="num">' + value(gpu.fan, 0) + "</td>" +
+      "<td>" + throttleText(gpu.throttle) + "</td>" +
+      '<td class="num">' + (ecc === null ? na() : ecc > 0 ? '<span class="error-text">' + ecc + "</span>" : "0") + "</td>" +
+      "<td>" + xidText(gpu.xid) + "</td>" +
+      '<td class="num">' + pair(gpu.pcie_tx, gpu.pcie_rx, L.rate) + "</td>" +
+      '<td class="num">' + pair(gpu.nvlink_tx, gpu.nvlink_rx, L.rate) + "</td>" +
+      "</tr>";
+  }
+
+  function renderTables() {
+    const sample = live.sample;
+    if (!sample) {
+      const why = live.ts ? "No current data: the node has sent nothing since " + L.dateTime(live.ts) + "." : "No data from this node.";
+      els.gpuBody.innerHTML = '<tr><td colspan="13" class="empty">' + why + "</td></tr>";
+      els.procBody.innerHTML = '<tr><td colspan="5" class="empty">' + why + "</td></tr>";
+      return;
+    }
+    els.gpuBody.innerHTML = sample.gpus.map(gpuRow).join("");
+    const procs = [];
+    let supported = false;
+    sample.gpus.forEach(function (gpu) {
+      if (!Array.isArray(gpu.processes)) return;
+      supported = true;
+      gpu.processes.forEach(function (p) { procs.push([gpu.index, p]); });
+    });
+    if (!procs.length) {
+      const text = supported ? "No processes on this node's GPUs." : "The GPUs do not report processes (not supported).";
+      els.procBody.innerHTML = '<tr><td colspan="5" class="empty">' + text + "</td></tr>";
+      return;
+    }
+    procs.sort(function (a, b) { return a[0] - b[0] || (b[1].mem_used || 0) - (a[1].mem_used || 0); });
+    els.procBody.innerHTML = procs.map(function (entry) {
+      const p = entry[1];
+      return '<tr><td class="num">' + entry[0] + '</td><td class="num">' + L.escapeHtml(p.pid) + "</td><td>" +
+        L.escapeHtml(p.user || "—") + "</td><td>" + L.escapeHtml(p.name || "—") + '</td><td class="num">' +
+        (num(p.mem_used) === null ? na() : gib(p.mem_used)) + "</td></tr>";
+    }).join("");
+  }
+
+  /* ---- history ---------------------------------------------------------------------- */
+
+  function loadHistory() {
+    const url = "/api/v1/nodes/" + encodeURIComponent(name) + "?since=" + encodeURIComponent(since) + "&recent=1";
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        return response.json().then(function (body) {
+          if (!response.ok) throw new Error(body.error || "HTTP " + response.status);
+          return body;
+        });
+      })
+      .then(function (body) {
+        if (body.recent) backfill(body.recent);
+        renderHistory(body.history);
+      })
+      .catch(function (error) {
+        els.historyNote.hidden = false;
+        els.historyNote.textContent = "History unavailable: " + error.message;
+      });
+  }
+
+  function alpha(hex, a) {
+    const n = parseInt(hex.slice(1), 16);
+    return "rgba(" + (n >> 16) + "," + ((n >> 8) & 255) + "," + (n & 255) + "," + a + ")";
+  }
+
+  function renderHistory(history) {
+    const gpus = history.gpus || [];
+    if (!gpus.length) {
+      els.historyNote.hidden = false;
+      els.historyNote.textContent =
+        "No minute rollups in this range yet: ingest writes one per GPU and minute, about two minutes after the minute ends.";
+    }
+    const xrange = [shiftMs(history.since), shiftMs(history.until)];
+    HISTORY.forEach(function (chart) {
+      const traces = [];
+      gpus.forEach(function (series) {
+        const colour = COLOURS[series.gpu % COLOURS.length];
+        const x = [], low = [], mean = [], high = [];
+        let previous = null;
+        series.ts.forEach(function (ts, i) {
+          if (previous !== null && ts - previous > HISTORY_GAP_S) {
+            x.push(shiftMs(previous + 60));
+            low.push(null); mean.push(null); high.push(null);
+          }
+          const triple = series[chart.key][i];
+          x.push(shiftMs(ts));
+          low.push(triple[0] === null ? null : triple[0] * chart.scale);
+          mean.push(triple[1] === null ? null : triple[1] * chart.scale);
+          high.push(triple[2] === null ? null : triple[2] * chart.scale);
+          previous = ts;
+        });
+        const group = "gpu" + series.gpu;
+        const band = { type: "scatter", mode: "lines", x: x, legendgroup: group, showlegend: false, hoverinfo: "skip", line: { width: 0, color: colour } };
+        traces.push(Object.assign({}, band, { y: low }));
+        traces.push(Object.assign({}, band, { y: high, fill: "tonexty", fillcolor: alpha(colour, 0.15) }));
+        traces.push({
+          type: "scatter", mode: "lines", name: "GPU " + series.gpu, legendgroup: group, x: x, y: mean,
+          customdata: low.map(function (v, i) { return [v, high[i]]; }),
+          line: { width: 1.5, color: colour },
+          hovertemplate: "GPU " + series.gpu + ": %{y:." + chart.digits + "f} " + chart.unit +
+            " (%{customdata[0]:." + chart.digits + "f}–%{customdata[1]:." + chart.digits + "f})<extra></extra>",
+        });
+      });
+      const layout = chartLayout(chart.title, chart.unit, xrange, chart.key === "util" ? [0, 105] : null);
+      Plotly.react(chart.id, traces, layout, PLOT_CONFIG);
+    });
+  }
+
+  /* ---- start --------------------------------------------------------------------------- */
+
+  function tick() {
+    renderStatus();
+    // Slide the 15-minute window even when nothing arrives (a down node's gap grows).
+    if (performance.now() - lastChartsAt > 2000) queueCharts();
+  }
+
+  if (live.sample && live.ts) addSample(live.sample);
+  renderStatus();
+  renderTables();
+  loadHistory();
+  setInterval(tick, 1000);
+  L.connect("/ws/nodes/" + encodeURIComponent(name) + "/", {
+    onMessage: onMessage,
+    onState: function (state, detail) {
+      els.conn.textContent = L.describeState(state, detail);
+      els.conn.className = "conn conn-" + state;
+    },
+  });
+})();

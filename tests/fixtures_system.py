@@ -1,0 +1,89 @@
+"""The whole system, started once per test session: Redis, web, ingest, a simulated fleet.
+
+A pytest plugin: list it in ``pytest_plugins`` (never import the fixture into a
+test module, which would start a second system).
+"""
+
+import time
+from dataclasses import dataclass
+
+import orjson
+import pytest
+import redis
+
+from gpulse.keys import Keys
+from gpulse.redis_server import free_port
+from gpulse.stack import Stack
+
+SIM_NODES = 4
+SIM_GPUS = 8
+ADMIN_USER = "admin"
+ADMIN_PASSWORD = "system-test-admin-pw"
+
+
+@dataclass(frozen=True)
+class RunningSystem:
+    stack: Stack
+    base_url: str  # http://127.0.0.1:<port>, no trailing slash
+    username: str
+    password: str
+
+    @property
+    def port(self) -> int:
+        return self.stack.port
+
+    @property
+    def nodes(self) -> int:
+        return self.stack.sim_nodes
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.stack.sim_gpus
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.stack.redis_url)
+
+    def process(self, name: str):
+        """Return the Popen of one of the stack's processes ("web", "ingest", "collector", ...)."""
+        return next(process for process_name, process in self.stack.processes if process_name == name)
+
+
+def wait_for_fleet(client: redis.Redis, nodes: int, gpus: int, timeout: float = 60.0) -> None:
+    """Wait until ingest's snapshot frame holds every simulated node with all its GPUs."""
+    keys = Keys()
+    deadline = time.monotonic() + timeout
+    seen = {}
+    while time.monotonic() < deadline:
+        raw = client.get(keys.snapshot)
+        seen = orjson.loads(raw)["nodes"] if raw else {}
+        if len(seen) == nodes and all(len(node["gpus"]) == gpus and node["status"] == "up" for node in seen.values()):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(
+        f"ingest did not report {nodes} nodes x {gpus} GPUs up within {timeout:.0f} s; saw {sorted(seen)}"
+    )
+
+
+@pytest.fixture(scope="session")
+def running_system(tmp_path_factory) -> RunningSystem:
+    state_dir = tmp_path_factory.mktemp("system")
+    stack = Stack(
+        port=free_port(),
+        state_dir=state_dir,
+        redis_url=None,  # its own embedded Redis, apart from the suite's
+        sim_nodes=SIM_NODES,
+        sim_gpus=SIM_GPUS,
+        interval=1.0,
+        node_workers=False,
+        extra_env={"GPULSE_ADMIN_PASSWORD": ADMIN_PASSWORD},
+    )
+    try:
+        stack.start()
+        client = redis.Redis.from_url(stack.redis_url)
+        wait_for_fleet(client, SIM_NODES, SIM_GPUS)
+        client.close()
+    except BaseException:
+        stack.stop()
+        raise
+    yield RunningSystem(stack, stack.url.rstrip("/"), ADMIN_USER, ADMIN_PASSWORD)
+    stack.stop()

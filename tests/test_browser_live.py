@@ -1,0 +1,249 @@
+"""The live pages in headless Chromium against the whole running system (4 nodes x 8 GPUs)."""
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from gpulse.keys import Keys
+
+# Fixtures: chromium, browser_page, admin_page (tests.browser) and running_system
+# (tests.fixtures_system), as plugins, so one system serves every module that uses it.
+pytest_plugins = ("tests.browser", "tests.fixtures_system")
+pytestmark = pytest.mark.browser
+
+HEATMAP = """() => {
+  const gd = document.getElementById("heatmap");
+  if (!gd.data) return null;
+  return {z: gd.data[0].z, text: gd.data[0].text, zmin: gd.data[0].zmin, zmax: gd.data[0].zmax,
+          labels: gd.layout.yaxis.ticktext, traces: gd.data.filter(t => t.type === "heatmap").length};
+}"""
+CELL_POSITION = """([row, gpu]) => {
+  const gd = document.getElementById("heatmap");
+  const size = gd._fullLayout._size, box = gd.getBoundingClientRect();
+  return {x: box.left + size.l + gd._fullLayout.xaxis.l2p(gpu), y: box.top + size.t + gd._fullLayout.yaxis.l2p(row)};
+}"""
+NODE_TABLE = """() => Array.from(document.querySelectorAll("#node-table tbody tr")).map(
+  tr => Array.from(tr.cells).map(td => td.textContent.trim()))"""
+DISPLAYED_NUMBERS = """() => ({frames: gpulse.frames, numbers: [
+  ...["kpi-util", "kpi-power", "kpi-mem"].map(id => document.getElementById(id).textContent),
+  ...Array.from(document.querySelectorAll("#node-table tbody tr")).map(tr => tr.cells[6].textContent)]})"""
+LIVE_CHARTS = """() => ["live-util", "live-mem", "live-temp", "live-power"].map(id => {
+  const gd = document.getElementById(id);
+  return gd.data ? gd.data.map(t => t.y.filter(v => v !== null).length) : null;
+})"""
+
+
+def open_overview(page, system):
+    page.goto(system.base_url + "/")
+    page.wait_for_function("window.gpulse && window.gpulse.frames > 0 && document.getElementById('heatmap').data")
+
+
+def wait_for_heatmap(page, predicate: str, timeout: float = 15_000):
+    """Wait until ``predicate`` (JS over the heatmap state h) holds; return that state."""
+    page.wait_for_function(f"(() => {{ const h = ({HEATMAP})(); return h && ({predicate}); }})()", timeout=timeout)
+    return page.evaluate(HEATMAP)
+
+
+def test_every_page_needs_login(browser_page, running_system):
+    for path in ("/", "/nodes/sim-01/"):
+        browser_page.goto(running_system.base_url + path)
+        assert "/accounts/login/" in browser_page.url
+        assert browser_page.locator('input[name="password"]').is_visible()
+
+
+def test_the_websocket_refuses_a_browser_that_is_not_logged_in(browser_page, admin_page, running_system):
+    probe = """path => new Promise(resolve => {
+      const ws = new WebSocket("ws://" + location.host + path);
+      ws.onmessage = event => { resolve("message:" + JSON.parse(event.data).type); ws.close(); };
+      ws.onclose = event => resolve("closed:" + event.code);
+      setTimeout(() => resolve("timeout"), 5000);
+    })"""
+    browser_page.goto(running_system.base_url + "/accounts/login/")
+    assert browser_page.evaluate(probe, "/ws/cluster/").startswith("closed:")
+    assert browser_page.evaluate(probe, "/ws/nodes/sim-01/").startswith("closed:")
+    admin_page.goto(running_system.base_url + "/healthz")
+    assert admin_page.evaluate(probe, "/ws/cluster/") == "message:snapshot"  # a logged-in browser gets frames
+
+
+def test_the_overview_shows_every_gpu_and_its_numbers_change_live(admin_page, running_system):
+    open_overview(admin_page, running_system)
+    heat = wait_for_heatmap(admin_page, "h.z.flat().filter(v => v !== null).length === 32")
+    assert heat["traces"] == 1
+    assert len(heat["z"]) == running_system.nodes
+    assert all(len(row) == running_system.gpus_per_node for row in heat["z"])
+    assert heat["labels"] == ["sim-01", "sim-02", "sim-03", "sim-04"]
+    assert admin_page.text_content("#kpi-nodes") == "4"
+    assert admin_page.text_content("#kpi-up") == "4 up"
+    assert admin_page.text_content("#kpi-gpus") == "32"
+    assert re.fullmatch(r"\d+\.\d %", admin_page.text_content("#kpi-util"))
+    assert re.fullmatch(r"\d+ W|\d+\.\d kW", admin_page.text_content("#kpi-power"))
+    assert re.fullmatch(r"\d+\.\d GiB", admin_page.text_content("#kpi-mem"))
+    assert admin_page.text_content("#kpi-alerts").isdigit()
+    assert [len(row) for row in admin_page.evaluate(NODE_TABLE)] == [8] * running_system.nodes
+
+    before = admin_page.evaluate(DISPLAYED_NUMBERS)
+    time.sleep(3)
+    after = admin_page.evaluate(DISPLAYED_NUMBERS)
+    assert after["frames"] >= before["frames"] + 2, "frames stopped arriving"
+    # Power carries sensor noise even on idle GPUs, so 3 s of frames change these numbers.
+    assert after["numbers"] != before["numbers"], before
+    assert re.fullmatch(r"last frame \d\.\d s ago", admin_page.text_content("#frame-age"))
+    timings = admin_page.evaluate("window.gpulse")
+    assert len(timings["handleMs"]) == timings["frames"] and timings["maxHandleMs"] >= timings["lastHandleMs"] > 0
+
+
+def test_the_heatmap_colours_by_the_chosen_metric(admin_page, running_system):
+    open_overview(admin_page, running_system)
+    admin_page.select_option("#heat-metric", "temp")
+    heat = wait_for_heatmap(admin_page, "h.zmax === 95")
+    assert admin_page.text_content("#scale-max") == "95 °C"
+    temps = [v for row in heat["z"] for v in row]
+    assert all(15 <= v <= 110 for v in temps), temps
+
+    admin_page.select_option("#heat-metric", "power")
+    assert admin_page.is_visible("#power-scale")
+    heat = wait_for_heatmap(admin_page, "h.zmax === 100")
+    assert admin_page.text_content("#scale-max") == "100 % of limit"
+    admin_page.select_option("#power-scale", "watts")
+    heat = wait_for_heatmap(admin_page, "h.zmax > 100")
+    assert admin_page.text_content("#scale-max").endswith(" W")
+    assert max(v for row in heat["z"] for v in row) <= heat["zmax"] * 1.05
+
+    admin_page.select_option("#heat-metric", "mem")
+    heat = wait_for_heatmap(admin_page, "h.zmax === 100 && !document.getElementById('power-scale-label').offsetParent")
+    assert all(0 <= v <= 100 for row in heat["z"] for v in row)
+    admin_page.reload()  # the choice survives a reload
+    admin_page.wait_for_function("document.getElementById('heatmap').data")
+    assert admin_page.input_value("#heat-metric") == "mem"
+
+
+def test_hovering_a_gpu_describes_it_and_clicking_opens_its_node(admin_page, running_system):
+    open_overview(admin_page, running_system)
+    spot = admin_page.evaluate(CELL_POSITION, [0, 3])
+    admin_page.mouse.move(spot["x"] - 5, spot["y"] - 5)
+    admin_page.mouse.move(spot["x"], spot["y"], steps=3)
+    admin_page.wait_for_selector("#heat-tooltip:not([hidden])")
+    tooltip = admin_page.text_content("#heat-tooltip")
+    assert "sim-01 · GPU 3" in tooltip
+    assert re.search(r"Utilization: \d+ %", tooltip)
+    assert re.search(r"\d+ °C", tooltip) and re.search(r"power \d+ / \d+ W", tooltip)
+    assert "H100 80GB HBM3" in tooltip  # the simulated fleet gives its first node H100s
+
+    spot = admin_page.evaluate(CELL_POSITION, [1, 0])
+    with admin_page.expect_navigation():
+        admin_page.mouse.click(spot["x"], spot["y"])
+    assert admin_page.url == running_system.base_url + "/nodes/sim-02/"
+
+
+def test_the_node_table_sorts_and_leads_to_the_node(admin_page, running_system):
+    open_overview(admin_page, running_system)
+    admin_page.wait_for_function("document.querySelectorAll('#node-table tbody tr').length === 4")
+    admin_page.click('#node-table th[data-key="power"]')
+    powers = [float(row[6]) for row in admin_page.evaluate(NODE_TABLE)]
+    assert powers == sorted(powers, reverse=True)
+    admin_page.click('#node-table th[data-key="power"]')
+    powers = [float(row[6]) for row in admin_page.evaluate(NODE_TABLE)]
+    assert powers == sorted(powers)
+    admin_page.click('#node-table th[data-key="name"]')
+    assert [row[0] for row in admin_page.evaluate(NODE_TABLE)] == ["sim-01", "sim-02", "sim-03", "sim-04"]
+    admin_page.fill("#node-filter", "sim-03")
+    admin_page.wait_for_function("document.querySelectorAll('#node-table tbody tr').length === 1")
+    with admin_page.expect_navigation():
+        admin_page.click("#node-table tbody tr td:nth-child(4)")  # anywhere on the row
+    assert admin_page.url == running_system.base_url + "/nodes/sim-03/"
+
+
+def test_the_node_page_charts_every_gpu_live(admin_page, running_system):
+    admin_page.goto(running_system.base_url + "/nodes/sim-02/")
+    admin_page.wait_for_function(f"({LIVE_CHARTS})().every(c => c && c.length === 8 && c[0] > 0)")
+    assert admin_page.text_content("#node-status") == "up"
+    assert re.fullmatch(r"last sample \d+\.\d s ago", admin_page.text_content("#node-age"))
+    rows = admin_page.locator("#gpu-table tbody tr")
+    assert rows.count() == 8
+    first = [cell.strip() for cell in rows.nth(0).locator("td").all_text_contents()]
+    assert first[0] == "0" and re.fullmatch(r"\d+", first[2]) and re.fullmatch(r"\d+\.\d / \d+\.\d", first[3])
+    assert "not supported" in admin_page.text_content("#gpu-table tbody")  # SXM modules (sim-02: A100) report no fan
+    assert admin_page.locator("#proc-table tbody tr").count() >= 1
+    assert admin_page.locator(".range-picker a").all_text_contents() == ["1 hour", "6 hours", "24 hours", "7 days"]
+
+    before = admin_page.evaluate(LIVE_CHARTS)
+    admin_page.wait_for_function(f"({LIVE_CHARTS})()[0][0] >= {before[0][0] + 2}", timeout=10_000)
+
+    admin_page.click(".range-picker a[data-since='6h']")
+    admin_page.wait_for_url("**/nodes/sim-02/?since=6h")
+    assert admin_page.get_attribute(".range-picker a.active", "data-since") == "6h"
+    admin_page.wait_for_function("document.getElementById('hist-util').data !== undefined")
+
+
+def test_every_request_stays_on_the_dashboard_host(admin_page, running_system):
+    requests, bundle = [], []
+    admin_page.on("request", lambda request: requests.append(request.url))
+    admin_page.on("websocket", lambda ws: requests.append(ws.url))
+    admin_page.on("response", lambda r: r.url.endswith("/vendor/plotly/plotly.min.js") and bundle.append(r.status))
+    open_overview(admin_page, running_system)
+    admin_page.goto(running_system.base_url + "/nodes/sim-01/")
+    admin_page.wait_for_function("document.getElementById('live-util').data")
+    assert bundle and bundle[0] in (200, 304)
+    assert admin_page.evaluate("typeof Plotly.react") == "function"
+    host = f"127.0.0.1:{running_system.port}"
+    outside = [url for url in requests if not re.match(rf"(https?|wss?)://{re.escape(host)}/", url)]
+    assert not outside, f"requests left the dashboard host: {outside}"
+    assert any(url.startswith(f"ws://{host}/ws/cluster/") for url in requests)
+
+
+def test_the_overview_warns_when_frames_stop(admin_page, running_system):
+    """A stalled ingest (as in a Redis outage) shows as a warning, and clears when frames return."""
+    open_overview(admin_page, running_system)
+    ingest = running_system.process("ingest")
+    os.kill(ingest.pid, signal.SIGSTOP)
+    try:
+        admin_page.wait_for_selector("#frame-age.late", timeout=10_000)
+        assert "no live frame for" in admin_page.text_content("#frame-age")
+    finally:
+        os.kill(ingest.pid, signal.SIGCONT)
+    admin_page.wait_for_selector("#frame-age:not(.late)", timeout=10_000)
+
+
+def test_lost_gpus_and_dead_nodes_are_marked_never_shown_as_current(admin_page, running_system, tmp_path):
+    faults = running_system.redis()
+    key = Keys().simulator_faults  # the simulated fleet reads its faults from here
+    open_overview(admin_page, running_system)
+    try:
+        faults.hset(key, mapping={"sim-02/3": "lost", "sim-03/1": "xid:79"})
+        heat = wait_for_heatmap(admin_page, "h.z[1][3] === null && h.text[1][3] === 'LOST' && /XID/.test(h.text[2][1])")
+        assert admin_page.text_content("#kpi-lost") == "1 lost"
+        save_screenshot(admin_page, tmp_path)
+
+        faults.hset(key, "sim-04", "dead")
+        heat = wait_for_heatmap(admin_page, "/down/.test(h.labels[3])")
+        assert heat["z"][3] == [None] * running_system.gpus_per_node
+        assert admin_page.text_content("#kpi-down") == "1 down"
+        admin_page.wait_for_selector("#node-table tr.row-down[data-node='sim-04']")
+        row = next(row for row in admin_page.evaluate(NODE_TABLE) if row[0] == "sim-04")
+        assert row[1] == "down" and row[2].startswith("no data") and row[4:] == ["—", "—", "—", "—"]
+
+        admin_page.goto(running_system.base_url + "/nodes/sim-04/")
+        admin_page.wait_for_selector("#node-banner:not([hidden])")
+        assert admin_page.text_content("#node-status") == "down"
+        assert "no data since" in admin_page.text_content("#node-banner")
+        assert admin_page.text_content("#gpu-table tbody").startswith("No current data")
+    finally:
+        faults.delete(key)
+    admin_page.wait_for_function("document.getElementById('node-status').textContent === 'up'", timeout=15_000)
+    admin_page.wait_for_selector("#gpu-table tbody tr:nth-child(8)")
+    # The missed samples show as a gap in the live charts, not as a line across them.
+    admin_page.wait_for_function("document.getElementById('live-util').data[0].y.includes(null)")
+
+
+def save_screenshot(page, tmp_path: Path) -> None:
+    """Screenshot the overview; GPULSE_SCREENSHOTS=<dir> keeps it (the README's docs/overview.png)."""
+    target = Path(os.environ.get("GPULSE_SCREENSHOTS") or tmp_path) / "overview.png"
+    page.mouse.move(0, 0)
+    page.wait_for_timeout(300)
+    bottom = page.evaluate("document.querySelector('.overview-grid').getBoundingClientRect().bottom")
+    page.screenshot(path=str(target), clip={"x": 0, "y": 0, "width": page.viewport_size["width"], "height": bottom + 8})
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
