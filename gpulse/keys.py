@@ -62,8 +62,11 @@ class Keys:
 # Consumer group of the ingest process on the telemetry stream.
 INGEST_GROUP = "ingest"
 
-# Stream length cap: about ten minutes of a 1,000-node cluster at 1 Hz.
-TELEMETRY_MAXLEN = 600_000
+# Stream length cap. The stream is only the buffer between collectors and
+# ingest (which reads it within a second), yet each 8-GPU entry holds ~3.8 KB:
+# 120,000 entries are two minutes of a 1,000-node cluster at 1 Hz (half an
+# hour of 64 nodes) in about 450 MB of Redis; 600,000 needed over 2 GB.
+TELEMETRY_MAXLEN = 120_000
 PROBES_MAXLEN = 100_000
 JOB_EVENTS_MAXLEN = 10_000
 PROBE_HISTORY = 100

@@ -95,6 +95,9 @@ class Stack:
         self.spawn(
             "web", py, "-m", "uvicorn", "dashboard.asgi:application",
             "--host", "127.0.0.1", "--port", str(self.port), "--lifespan", "off", "--no-access-log",
+            # Frames are large and sent to every browser: compressing each copy
+            # costs the web process more CPU than the bandwidth it saves.
+            "--ws-per-message-deflate", "false",
         )
         self.spawn("ingest", py, "manage.py", "ingest")
         self.spawn(

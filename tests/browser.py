@@ -10,15 +10,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-VIEWPORT = {"width": 1440, "height": 900}
+from dashboard.loadtest.browser import CHROMIUM as BROWSER_BINARY
+from dashboard.loadtest.browser import CHROMIUM_ARGS, VIEWPORT
+
+CHROMIUM = Path(BROWSER_BINARY)
 
 
 @pytest.fixture(scope="module")

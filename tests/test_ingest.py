@@ -221,3 +221,166 @@ def test_a_node_whose_probe_falls_below_its_own_median_is_flagged(redis_client, 
     restarted = make_ingest()
     restarted.load_known_nodes()
     assert restarted.probes.latest["n1"]["status"] == "failed"
+
+
+def test_a_burst_that_arrives_in_parts_goes_out_in_one_frame(redis_client, make_ingest, frames):
+    clock = Clock(999_999.05)
+    ingest = make_ingest(clock=clock)
+    for name in ("a", "b"):
+        xadd(redis_client, schema.encode(sample(name, ts=999_999.0)))
+    ingest.step()
+    ingest.step()
+    assert len(frames) == 1
+    # The next tick's burst: two collectors finish 100 ms apart.
+    clock.now = 1_000_000.05
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)))
+    ingest.step()
+    ingest.step()
+    assert len(frames) == 1, "b is due: the frame waits for it"
+    clock.now = 1_000_000.15
+    xadd(redis_client, schema.encode(sample("b", ts=1_000_000.0)))
+    ingest.step()
+    ingest.step()
+    assert len(frames) == 2 and set(frames[-1]["nodes"]) == {"a", "b"}
+
+
+def test_a_node_that_does_not_report_holds_the_frame_back_only_briefly(redis_client, make_ingest, frames):
+    from dashboard.live.ingest import BURST_WAIT_MAX
+
+    clock = Clock(999_999.05)
+    ingest = make_ingest(clock=clock)
+    for name in ("a", "silent"):
+        xadd(redis_client, schema.encode(sample(name, ts=999_999.0)))
+    ingest.step()
+    ingest.step()
+    clock.now = 1_000_000.05
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)))
+    ingest.step()
+    ingest.step()
+    assert len(frames) == 1
+    clock.now += BURST_WAIT_MAX * ingest.tick
+    ingest.step()
+    assert len(frames) == 2 and set(frames[-1]["nodes"]) == {"a"}
+
+
+def test_a_frame_sent_on_the_tick_alone_does_not_hold_back_the_next_burst(redis_client, make_ingest, frames):
+    clock = Clock(1_000_000.5)  # ingest starts mid-tick: its first frame (no samples yet) goes out now
+    ingest = make_ingest(clock=clock)
+    ingest.step()
+    assert len(frames) == 0 or frames[-1]["nodes"] == {}
+    clock.now = 1_000_001.05
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_001.0)))
+    ingest.step()
+    ingest.step()
+    assert set(frames[-1]["nodes"]) == {"a"}, "the burst goes out when it is over, not a tick after the last frame"
+
+
+def test_a_straggler_waits_for_the_next_ticks_frame(redis_client, make_ingest, frames):
+    clock = Clock(1_000_000.05)
+    ingest = make_ingest(clock=clock)
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)))
+    ingest.step()
+    ingest.step()
+    sent = len(frames)
+    clock.now = 1_000_000.3
+    xadd(redis_client, schema.encode(sample("late", ts=1_000_000.0)))
+    ingest.step()
+    ingest.step()
+    assert len(frames) == sent, "one frame with samples per tick"
+    clock.now = 1_000_001.05
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_001.0)))
+    ingest.step()
+    ingest.step()
+    assert len(frames) == sent, "late is due again: the frame waits for its new sample"
+    clock.now = 1_000_001.5  # it never comes: its held sample goes out with a
+    ingest.step()
+    assert frames[-1]["nodes"]["late"]["ts"] == 1_000_000.0 and frames[-1]["nodes"]["a"]["ts"] == 1_000_001.0
+
+
+def test_samples_read_a_tick_late_do_not_keep_frames_a_tick_behind(redis_client, make_ingest, frames):
+    clock = Clock(1_000_001.05)  # ingest was held up: it reads the burst of 1_000_000 a tick late
+    ingest = make_ingest(clock=clock)
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)))
+    ingest.step()
+    ingest.step()
+    assert frames == [], "a sample an interval old is due again: the frame waits for this tick's burst"
+    clock.now = 1_000_001.1
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_001.0)))
+    ingest.step()
+    ingest.step()
+    assert [f["nodes"]["a"]["ts"] for f in frames] == [1_000_001.0]
+    clock.now = 1_000_002.1
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_002.0)))
+    ingest.step()
+    ingest.step()
+    assert [f["nodes"]["a"]["ts"] for f in frames] == [1_000_001.0, 1_000_002.0], "in step with the collectors"
+
+
+def test_a_nodes_recent_points_never_exceed_the_limit(redis_client, make_ingest, monkeypatch):
+    from dashboard.live.ingest import RECENT_TRIM_EVERY
+
+    monkeypatch.setattr("dashboard.live.ingest.RECENT_POINTS", 30)
+    ingest = make_ingest()
+    lengths = []
+    for second in range(45):
+        ingest.apply(sample("n1", ts=1_700_000_000.0 + second))
+        ingest.emit(time.time())
+        lengths.append(redis_client.llen(Keys().recent("n1")))
+    assert max(lengths) <= 30 and min(lengths[30:]) >= 30 - RECENT_TRIM_EVERY
+    newest = orjson.loads(redis_client.lindex(Keys().recent("n1"), 0))
+    assert newest[0] == 1_700_000_044.0 and len(newest[1]) == 2
+
+
+def test_a_firing_alert_flags_its_gpu_in_the_next_frame_and_clears_with_it(redis_client, make_ingest, frames):
+    from dashboard.alerts.evaluate import AlertEvaluator
+    from dashboard.alerts.models import Rule
+    from dashboard.live.frames import FLAG_ALERT
+
+    Rule.objects.all().delete()
+    Rule.objects.create(name="hot", metric="gpu.temp", comparison=">", threshold=80, for_seconds=0)
+    ingest = make_ingest(evaluator=AlertEvaluator(enqueue=lambda transition_ids: None))
+    hot = sample("n1", gpus=2)
+    hot["gpus"][1]["temp"] = 91
+    ingest.apply(hot)
+    ingest.emit(time.time())  # evaluated after this frame went out
+    ingest.apply(sample("n1", gpus=2, ts=hot["ts"] + 1) | {"gpus": hot["gpus"]})
+    ingest.emit(time.time())
+    rows = frames[-1]["nodes"]["n1"]["gpus"]
+    assert rows[1][-1] & FLAG_ALERT and not rows[0][-1] & FLAG_ALERT
+    snapshot = orjson.loads(redis_client.get(Keys().snapshot))
+    assert snapshot["nodes"]["n1"]["gpus"][1][-1] & FLAG_ALERT
+    ingest.apply(sample("n1", gpus=2, ts=hot["ts"] + 2))  # back to 60 °C: resolved
+    ingest.emit(time.time())
+    ingest.emit(time.time())  # no new sample: the cleared flag still reaches browsers
+    assert not frames[-1]["nodes"]["n1"]["gpus"][1][-1] & FLAG_ALERT
+
+
+def test_a_big_minute_of_rollups_is_written_over_several_ticks(make_ingest, monkeypatch):
+    from dashboard.live.rollups import RollupAccumulator
+
+    monkeypatch.setattr(RollupAccumulator, "ROWS_PER_FLUSH", 3)
+    ingest = make_ingest()
+    minute = 1_700_000_040.0
+    for node in ("n1", "n2"):
+        ingest.apply(sample(node, gpus=4, ts=minute + 10))
+    written = [ingest.rollups.flush(now=minute + 200 + tick) for tick in range(4)]
+    assert written == [3, 3, 2, 0]
+    assert GpuRollup.objects.count() == 8
+    assert set(GpuRollup.objects.values_list("node", "gpu")) == {(n, g) for n in ("n1", "n2") for g in range(4)}
+
+
+def test_rollups_skip_null_readings_and_lost_gpus_and_count_a_backlog_in_one_batch(make_ingest):
+    ingest = make_ingest()
+    minute = 1_700_000_040.0
+    for second, power in ((0, 300.0), (1, None), (2, 500.0)):  # applied together, as a flushed backlog is
+        s = sample("n1", gpus=2, ts=minute + second, power=power)
+        s["gpus"][1] = {"index": 1, "uuid": "GPU-1", "lost": True, **{m: None for m in schema.GPU_METRIC_NAMES}}
+        ingest.apply(s)
+    ingest.apply(sample("n2", gpus=1, ts=minute, power=None))
+    ingest.rollups.flush(now=minute + 200)
+    rows = {(r.node, r.gpu): r for r in GpuRollup.objects.all()}
+    assert set(rows) == {("n1", 0), ("n2", 0)}, "a lost GPU has no readings to roll up"
+    n1 = rows[("n1", 0)]
+    assert (n1.samples, n1.power_min, n1.power_mean, n1.power_max) == (3, 300.0, 400.0, 500.0)
+    assert (rows[("n2", 0)].power_min, rows[("n2", 0)].power_mean, rows[("n2", 0)].power_max) == (None, None, None)
+    assert rows[("n2", 0)].util_mean == 50.0

@@ -14,9 +14,10 @@ Rows hold one value per name in ``fields``, rounded to display precision
 ``meta`` (model, memory total in MiB, power limit in W, per GPU) comes with a
 node's first row and whenever it changes. ``probe`` is the node's newest
 bandwidth probe: {"busbw", "median" (of its earlier probes), "low", "status",
-"ts"} (dashboard.live.probes), present once the node has been probed. A delta carries only the nodes that
-sent a sample this tick (with their ``ts``) or changed status. A down node's
-rows are all null: its last values are never shown as if current.
+"ts"} (dashboard.live.probes), present once the node has been probed. A delta
+carries only the nodes that sent a sample this tick (with their ``ts``) or
+whose status, probe or alert flags changed. A down node's rows are all null:
+its last values are never shown as if current.
 """
 
 import time
@@ -31,7 +32,7 @@ FLAG_LOST = 1
 FLAG_THROTTLED = 2  # a thermal or power slowdown is active
 FLAG_XID = 4
 FLAG_ECC = 8
-FLAG_ALERT = 16  # an alert is firing on this GPU
+FLAG_ALERT = 16  # an alert is firing on this GPU (as of the previous tick: alerts are evaluated after the frame)
 
 SLOWDOWN_REASONS = frozenset(
     ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
@@ -39,75 +40,134 @@ SLOWDOWN_REASONS = frozenset(
 MIB = 1024 * 1024
 
 
-def _round(value, scale=1):
-    return None if value is None else round(value / scale)
-
-
-def gpu_row(gpu: dict, alerting: bool) -> list:
+def gpu_row(gpu: dict, alerting: bool = False) -> list:
+    """Return the GPU's row of FIELDS values at display precision."""
+    # Called for every GPU of every sample: plain locals, no helper calls.
     flags = FLAG_ALERT if alerting else 0
     if gpu.get("lost"):
         return [None, None, None, None, None, flags | FLAG_LOST]
-    if SLOWDOWN_REASONS.intersection(gpu.get("throttle") or ()):
+    throttle = gpu.get("throttle")
+    if throttle and not SLOWDOWN_REASONS.isdisjoint(throttle):
         flags |= FLAG_THROTTLED
     if gpu.get("xid"):
         flags |= FLAG_XID
     if gpu.get("ecc_uncorrected"):
         flags |= FLAG_ECC
+    get = gpu.get
+    util, mem, temp, power, clock = get("util"), get("mem_used"), get("temp"), get("power"), get("sm_clock")
     return [
-        _round(gpu.get("util")),
-        _round(gpu.get("mem_used"), MIB),
-        _round(gpu.get("temp")),
-        _round(gpu.get("power")),
-        _round(gpu.get("sm_clock")),
+        None if util is None else round(util),
+        None if mem is None else round(mem / MIB),
+        None if temp is None else round(temp),
+        None if power is None else round(power),
+        None if clock is None else round(clock),
         flags,
     ]
 
 
 def node_meta(sample: dict) -> list:
     return [
-        [(gpu.get("name") or "").removeprefix("NVIDIA "), _round(gpu.get("mem_total"), MIB), _round(gpu.get("power_limit"))]
+        [
+            (gpu.get("name") or "").removeprefix("NVIDIA "),
+            _round(gpu.get("mem_total"), MIB),
+            _round(gpu.get("power_limit")),
+        ]
         for gpu in sample["gpus"]
     ]
 
 
+def _round(value, scale=1):
+    return None if value is None else round(value / scale)
+
+
+def _with_alerts(rows: list, gpus: list, alerting: frozenset) -> list:
+    """Return ``rows`` with FLAG_ALERT on the GPUs (by index) in ``alerting``; the cached rows stay as they are."""
+    return [row[:-1] + [row[-1] | FLAG_ALERT] if gpu.get("index") in alerting else row for row, gpu in zip(rows, gpus)]
+
+
 class FrameBuilder:
-    """Turn ClusterState into frames, remembering which meta each browser already has."""
+    """Turn ClusterState into frames, one delta and one snapshot per tick.
+
+    Each node's rows are computed once per sample (and shared by the delta, the
+    snapshot and the recent points) and its frame entry once per change; the
+    snapshot reuses the cached entries of the nodes that did not change.
+    """
 
     def __init__(self):
         self.seq = 0
+        self._rows: dict[str, list] = {}  # node -> rows of its latest sample, without alert flags
         self._meta: dict[str, list] = {}
+        self._identity: dict[str, list] = {}  # node -> (name, mem_total, power_limit) of each GPU, as last seen
+        self._new_meta: set[str] = set()  # nodes whose meta the browsers have not had in a delta
+        self._entries: dict[str, dict] = {}  # node -> its entry as last framed, without meta
+        self._alerting: dict[str, frozenset] = {}  # node -> GPU indexes with a firing alert, as last framed
 
-    def _node_entry(self, node: NodeState, firing: set, probes: dict, with_meta: bool) -> dict:
+    def update(self, node: NodeState) -> list:
+        """Compute the rows of the node's new latest sample (ingest calls this as samples arrive,
+        so the work is done before the tick's frame is due); return them without alert flags."""
+        gpus = node.sample["gpus"]
+        rows = self._rows[node.name] = [gpu_row(gpu) for gpu in gpus]
+        # Models and limits rarely change: compare the raw readings, format only on a change.
+        identity = [(gpu.get("name"), gpu.get("mem_total"), gpu.get("power_limit")) for gpu in gpus]
+        if identity != self._identity.get(node.name):
+            self._identity[node.name] = identity
+            meta = node_meta(node.sample)
+            if meta != self._meta.get(node.name):
+                self._meta[node.name] = meta
+                self._new_meta.add(node.name)
+        return rows
+
+    def rows_of(self, name: str) -> list:
+        """Return the rows of the node's latest sample, without alert flags (its recent point)."""
+        return self._rows[name]
+
+    def _entry(self, node: NodeState, alerting: frozenset, probes: dict) -> dict:
         sample = node.sample
-        entry = {
-            "ts": sample["ts"],
-            "interval": sample["interval"],
-            "status": node.status,
-            "gpus": [gpu_row(g, (node.name, g["index"]) in firing) for g in sample["gpus"]],
-        }
+        rows = self._rows.get(node.name)
+        if rows is None:  # known from before a restart, not sampled since
+            rows = self.update(node)
         if node.status == DOWN:
-            entry["gpus"] = [[None] * len(FIELDS) for _ in sample["gpus"]]
+            gpus = [[None] * len(FIELDS) for _ in rows]
+        else:
+            gpus = _with_alerts(rows, sample["gpus"], alerting) if alerting else rows
+        entry = {"ts": sample["ts"], "interval": sample["interval"], "status": node.status, "gpus": gpus}
         if node.name in probes:
             entry["probe"] = probes[node.name]
-        meta = node_meta(sample)
-        if with_meta or meta != self._meta.get(node.name):
-            entry["meta"] = meta
-            self._meta[node.name] = meta
         return entry
 
-    def delta(self, state: ClusterState, sampled: set[str], changed: list[str], firing: set, probes: dict,
-              summary: dict) -> bytes:
-        """Frame the nodes that sent a sample or whose status or probe changed."""
+    def frames(self, state: ClusterState, sampled: set[str], changed: list[str], firing: set, probes: dict,
+               summary: dict) -> tuple[bytes | None, bytes]:
+        """Return (delta, snapshot): the delta frames the nodes that sent a sample (update() has
+        their rows) or whose status, probe or firing alerts changed, and is None when there are
+        none; the snapshot frames every node, meta included."""
         self.seq += 1
-        touched = sampled.union(changed)
-        nodes = {name: self._node_entry(state.nodes[name], firing, probes, with_meta=False) for name in touched}
-        return self._encode("delta", nodes, summary)
+        alerting: dict[str, set] = {}
+        for node, gpu in firing:
+            if gpu is not None:
+                alerting.setdefault(node, set()).add(gpu)
+        # Nodes never framed (known from before a restart) join the snapshot and this delta.
+        touched = sampled.union(changed, state.nodes.keys() - self._entries.keys())
+        for name in self._alerting.keys() | alerting.keys():
+            if self._alerting.get(name) != alerting.get(name):
+                touched.add(name)
+        self._alerting = {name: frozenset(gpus) for name, gpus in alerting.items()}
 
-    def snapshot(self, state: ClusterState, firing: set, probes: dict, summary: dict) -> bytes:
-        nodes = {name: self._node_entry(node, firing, probes, with_meta=True) for name, node in state.nodes.items()}
-        return self._encode("snapshot", nodes, summary)
+        delta_nodes = {}
+        for name in touched:
+            node = state.nodes.get(name)
+            if node is None:
+                continue
+            entry = self._entries[name] = self._entry(node, self._alerting.get(name, frozenset()), probes)
+            if name in self._new_meta:
+                entry = {**entry, "meta": self._meta[name]}
+            delta_nodes[name] = entry
+        self._new_meta.difference_update(delta_nodes)
+        sent = time.time()
+        snapshot_nodes = {name: {**self._entries[name], "meta": self._meta[name]} for name in state.nodes}
+        delta = self._encode("delta", sent, delta_nodes, summary) if delta_nodes else None
+        return delta, self._encode("snapshot", sent, snapshot_nodes, summary)
 
-    def _encode(self, kind: str, nodes: dict, summary: dict) -> bytes:
+    def _encode(self, kind: str, sent: float, nodes: dict, summary: dict) -> bytes:
         return orjson.dumps(
-            {"type": kind, "seq": self.seq, "sent": time.time(), "fields": FIELDS, "nodes": nodes, "summary": summary}
+            {"type": kind, "seq": self.seq, "sent": sent, "fields": FIELDS, "nodes": nodes, "summary": summary}
         )

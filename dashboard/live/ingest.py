@@ -7,6 +7,7 @@ the snapshot frame new browsers start from, evaluates alert rules and writes
 minute rollups in bulk.
 """
 
+import gc
 import logging
 import os
 import socket
@@ -17,10 +18,10 @@ from collections.abc import Callable
 import orjson
 import redis
 
-from dashboard.live.frames import FrameBuilder, gpu_row
+from dashboard.live.frames import FrameBuilder
 from dashboard.live.probes import ProbeTracker
 from dashboard.live.rollups import RollupAccumulator
-from dashboard.live.state import DOWN, ClusterState, NodeState
+from dashboard.live.state import DOWN, UP, ClusterState, NodeState
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, RECENT_POINTS, Keys
 
@@ -28,10 +29,29 @@ log = logging.getLogger("gpulse.ingest")
 
 READ_BATCH = 5000
 # Wait this long for more entries before calling a burst of samples finished.
-BURST_GAP_MS = 20
+# A sleep here, not XREADGROUP's BLOCK: Redis before 7 times a BLOCK out on its
+# 100 ms clock (hz 10), which made every burst gap 100 ms on the way to browsers.
+BURST_GAP = 0.02
+# Between bursts, block this long for the next one; it wakes the read at once.
+IDLE_BLOCK_MS = 100
+# Collectors sample on the wall clock's grid, so each tick's samples come as one
+# burst. A burst is over once no node that is up is still due (when one is, reads
+# go on, BURST_GAP apart), or at the latest this fraction of a tick after it
+# began: a few collector processes finishing apart must not split it in two.
+BURST_WAIT_MAX = 0.4
 # Entries another consumer read but never acknowledged for this long are taken over.
 RECLAIM_IDLE_MS = 30_000
 RECLAIM_EVERY = 15.0
+# Each tick parses about 50,000 containers (a 1,000-node burst of samples) that
+# live one tick. At Python's default threshold (700) that meant ~70 collections
+# a tick and a full one over the whole heap every few ticks: a quarter of
+# ingest's CPU at 1,000 nodes. Nothing in the loop builds reference cycles, so
+# collect rarely.
+GC_THRESHOLDS = (50_000, 20, 100)
+# A node's recent-point list is trimmed on every this-many pushes, to
+# RECENT_POINTS minus as many, so it never holds more than RECENT_POINTS: at
+# 1,000 nodes an LTRIM per push was nearly half of each tick's Redis commands.
+RECENT_TRIM_EVERY = 10
 
 
 class Ingest:
@@ -60,12 +80,16 @@ class Ingest:
         self.rollups = RollupAccumulator()
         self.probes = ProbeTracker(client, self.keys, probe_low_fraction)
         self.sampled: set[str] = set()
+        self.pushes: dict[str, int] = {}  # node -> recent points pushed, to trim every RECENT_TRIM_EVERY
+        self.burst_started = 0.0  # when the first sample since the last frame with samples arrived
         self.last_frame = 0.0
+        self.last_data_frame = 0.0
         self.last_reclaim = 0.0
         self.group_ready = False
         self.processed = 0
         self.malformed = 0
         self.lags: list[float] = []
+        self.latest_summary: dict = {}
 
     # -- reading -------------------------------------------------------------
 
@@ -97,8 +121,8 @@ class Ingest:
             self.state.nodes[name] = NodeState(name, sample)
         self.state.refresh_statuses(now)
 
-    def read(self, block_ms: int) -> int:
-        """Read what is new on the stream (one batch); return how many entries came."""
+    def read(self, block_ms: int | None) -> int:
+        """Read what is new on the stream (one batch; block_ms None: do not wait); return how many entries came."""
         if not self.group_ready:
             self.ensure_group()
         try:
@@ -153,60 +177,100 @@ class Ingest:
         name = sample["node"]
         node = self.state.nodes.get(name)
         if node is None:
-            self.state.nodes[name] = NodeState(name, sample)
+            node = self.state.nodes[name] = NodeState(name, sample)
         elif sample["ts"] >= node.ts:  # a late, buffered sample must not replace a newer one
             node.sample = sample
         else:
             return
+        self.frames.update(node)
+        if not self.sampled:
+            self.burst_started = self.clock()
         self.sampled.add(name)
 
     # -- one tick ---------------------------------------------------------------
 
     def step(self) -> None:
-        """Read one batch; send a frame when a burst ended or a tick has passed."""
-        got = self.read(BURST_GAP_MS)
+        """Read one batch; send a frame when a burst of samples is over or a tick has passed."""
+        if self.sampled:
+            got = self.read(None)
+            if not got and self._burst_open(self.clock(), got):  # nodes still due: give them a moment
+                time.sleep(BURST_GAP)
+                got = self.read(None)
+        else:
+            got = self.read(IDLE_BLOCK_MS)
         now = self.clock()
-        since = now - self.last_frame
-        burst_over = got == 0 and self.sampled and since >= 0.8 * self.tick
-        if burst_over or since >= self.tick:
-            self.emit(now)
+        burst_open = self.sampled and self._burst_open(now, got)
+        if self.sampled and not burst_open and self._tick_of(now) != self._tick_of(self.last_data_frame):
+            self.emit(now)  # the first frame of this tick that carries samples
+        elif now - self.last_frame >= self.tick and not burst_open:
+            self.emit(now)  # statuses age, and samples held back go out, even when no burst comes
         if now - self.last_reclaim >= RECLAIM_EVERY:
             self.last_reclaim = now
             self.reclaim()
 
+    def _tick_of(self, t: float) -> int:
+        """Index of the tick on the wall clock's grid: at most one frame with samples per tick.
+
+        On the grid, not counted from the last frame: one late frame must not
+        hold every later one back to its phase.
+        """
+        return int(t // self.tick)
+
+    def _burst_open(self, now: float, got: int) -> bool:
+        # Samples held over from an earlier tick do not start this tick's burst.
+        started = max(self.burst_started, self._tick_of(now) * self.tick)
+        if now - started >= BURST_WAIT_MAX * self.tick:
+            return False
+        if got:
+            return True
+        # A node is due when its newest sample is an interval old, held back or not:
+        # samples held over from the last tick must not pass for this tick's burst.
+        return any(node.status == UP and node.ts + node.interval <= now for node in self.state.nodes.values())
+
     def emit(self, now: float) -> None:
         changed = self.state.refresh_statuses(now)
         changed += [node for node in self.probes.poll() if node in self.state.nodes]
-        if self.evaluator is not None:
-            self.evaluator.evaluate(self.state, now, probes=self.probes.busbw())
+        # Alert flags and the summary come from the previous tick's evaluation and
+        # queries, which run after the frame is out: at 8,000 GPUs they cost tens
+        # of ms that would delay every frame, and one tick late is still on time.
         firing = self.evaluator.firing_targets() if self.evaluator is not None else set()
-        summary = self.summary()
-        probes = self.probes.latest
-        delta = self.frames.delta(self.state, self.sampled, changed, firing, probes, summary)
-        snapshot = self.frames.snapshot(self.state, firing, probes, summary)
+        delta, snapshot = self.frames.frames(
+            self.state, self.sampled, changed, firing, self.probes.latest, self.latest_summary
+        )
+        nodes = self.state.nodes
+        sent = time.time()
+        if self.sampled:
+            self.lags = [sent - nodes[name].ts for name in self.sampled]
 
+        # The snapshot is written before the delta goes out: a browser that joins
+        # in between then reads a snapshot as new as that delta, never older.
+        self.redis.set(self.keys.snapshot, snapshot)
+        if delta is not None:
+            self.publish(delta)
+        # What pages read later (recent points, known nodes, the heartbeat) waits until after.
         pipe = self.redis.pipeline(transaction=False)
-        pipe.set(self.keys.snapshot, snapshot)
         if self.sampled:
             pipe.hset(
                 self.keys.known_nodes,
-                mapping={
-                    name: orjson.dumps({"ts": self.state.nodes[name].ts, "interval": self.state.nodes[name].interval})
-                    for name in self.sampled
-                },
+                mapping={name: orjson.dumps({"ts": nodes[name].ts, "interval": nodes[name].interval})
+                         for name in self.sampled},
             )
+        pushes = self.pushes
         for name in self.sampled:
-            node = self.state.nodes[name]
-            point = orjson.dumps([node.ts, [gpu_row(g, False) for g in node.sample["gpus"]]])
-            pipe.lpush(self.keys.recent(name), point)
-            pipe.ltrim(self.keys.recent(name), 0, RECENT_POINTS - 1)
-        sent = time.time()
-        self.lags = [sent - self.state.nodes[name].ts for name in self.sampled] or self.lags
+            key = self.keys.recent(name)
+            pipe.lpush(key, orjson.dumps([nodes[name].ts, self.frames.rows_of(name)]))
+            # The first push trims too: a restarted ingest may find a longer list.
+            count = pushes[name] = pushes.get(name, -1) + 1
+            if count % RECENT_TRIM_EVERY == 0:
+                pipe.ltrim(key, 0, RECENT_POINTS - RECENT_TRIM_EVERY - 1)
         pipe.set(self.keys.ingest_heartbeat, orjson.dumps(self.heartbeat(sent)), ex=60)
         pipe.execute()
-        if self.sampled or changed:
-            self.publish(delta)
+        if self.evaluator is not None:
+            self.evaluator.evaluate(self.state, now, probes=self.probes.busbw())
+        self.latest_summary = self.summary()
         self.rollups.flush(now)
+        if self.sampled:
+            self.last_data_frame = now
         self.sampled.clear()
         self.last_frame = now
 
@@ -226,6 +290,10 @@ class Ingest:
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         """Run until ``should_stop()``; ride out Redis outages instead of exiting."""
+        # What exists now (Django, settings, the app registry) lives for the
+        # whole process: frozen, collections stop scanning it.
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
         backoff = 0.5
         outage_since = None
         while not should_stop():

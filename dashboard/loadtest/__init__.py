@@ -1,0 +1,7 @@
+"""The load test behind `manage.py loadtest`: the real pipeline under a simulated cluster.
+
+system.py starts Redis, the database, web, ingest and simulated collectors as
+child processes; clients.py holds the websocket clients that measure what a
+browser would see; meter.py follows the processes' CPU and memory; run.py
+puts them together and report.py turns the measurements into the result.
+"""

@@ -1,0 +1,181 @@
+"""The system under load, as child processes: Redis, a migrated database, web, ingest, collectors.
+
+Everything runs from the checkout as in production (uvicorn serving
+dashboard.asgi with the flags start() explains, `manage.py ingest`, `python -m
+collectors`), started and stopped through gpulse.stack.Stack; only the data is
+throw-away: a temporary SQLite database and, unless a Redis URL is given, a
+private Redis server.
+"""
+
+import http.cookiejar
+import re
+import secrets
+import shutil
+import sys
+import tempfile
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import redis
+
+from gpulse.keys import Keys
+from gpulse.redis_server import EmbeddedRedis, free_port
+from gpulse.stack import Stack
+
+USERNAME = "loadtest"
+# One simulated collector process per this many nodes: a sample of 250 × 8 GPUs
+# takes a few tens of ms, so each process keeps the 1 s cadence with room to spare.
+NODES_PER_COLLECTOR = 250
+MAX_COLLECTORS = 4
+
+
+def collector_count(nodes: int) -> int:
+    return min(MAX_COLLECTORS, -(-nodes // NODES_PER_COLLECTOR))
+
+
+def split(nodes: int, parts: int) -> list[int]:
+    """Return ``parts`` node counts that add up to ``nodes``, as even as possible."""
+    return [nodes // parts + (1 if k < nodes % parts else 0) for k in range(parts)]
+
+
+class LoadSystem:
+    def __init__(
+        self,
+        nodes: int,
+        gpus_per_node: int,
+        interval: float,
+        collectors: int | None = None,
+        redis_url: str | None = None,
+        ws_compression: bool = False,
+    ):
+        self.nodes = nodes
+        self.gpus_per_node = gpus_per_node
+        self.interval = interval
+        self.collectors = collectors or collector_count(nodes)
+        if self.collectors > nodes:
+            raise ValueError(f"{self.collectors} collectors cannot share {nodes} nodes")
+        self.ws_compression = ws_compression
+        self.state_dir = Path(tempfile.mkdtemp(prefix="gpulse-loadtest-"))
+        self.password = secrets.token_urlsafe(16)
+        # On a Redis that is not ours, a prefix of our own keeps other data apart.
+        self.prefix = None if redis_url is None else f"gpulse-loadtest-{secrets.token_hex(4)}:"
+        self.keys = Keys(self.prefix)
+        self.redis: EmbeddedRedis | None = None
+        extra_env = {"GPULSE_ADMIN_PASSWORD": self.password, "GPULSE_LOG_LEVEL": "WARNING"}
+        if self.prefix is not None:
+            extra_env["GPULSE_REDIS_PREFIX"] = self.prefix
+        self.stack = Stack(
+            free_port(), self.state_dir, redis_url=redis_url, sim_nodes=nodes, sim_gpus=gpus_per_node,
+            interval=interval, node_workers=False, extra_env=extra_env,
+        )
+
+    @property
+    def url(self) -> str:
+        return self.stack.url.rstrip("/")
+
+    @property
+    def redis_url(self) -> str:
+        return self.stack.redis_url
+
+    def pids(self) -> dict[str, list[int]]:
+        """Return the pids of each role: ingest, web, collectors and (when it is ours) redis."""
+        roles: dict[str, list[int]] = {}
+        for name, process in self.stack.processes:
+            roles.setdefault(name.split("-")[0], []).append(process.pid)
+        if self.redis is not None:
+            roles["redis"] = [self.redis.process.pid]
+        return roles
+
+    def start(self) -> "LoadSystem":
+        if self.stack.redis_url is None:
+            self.redis = EmbeddedRedis(directory=str(self.state_dir / "redis")).start()
+            self.stack.redis_url = self.redis.url
+        py = sys.executable
+        # Collectors first: they need only Redis, and sample while Django starts elsewhere.
+        for k, count in enumerate(split(self.nodes, self.collectors), start=1):
+            self.stack.spawn(
+                f"collector-{k}", py, "-m", "collectors", "--source", "simulated", "--redis-url", self.redis_url,
+                "--nodes", str(count), "--gpus-per-node", str(self.gpus_per_node), "--interval", str(self.interval),
+                "--name-prefix", f"sim{k}-", "--seed", str(k), "--probe-interval", "0",
+            )
+        self.stack.manage("migrate", "--noinput")
+        self.stack.manage("ensure_admin", "--username", USERNAME)
+        # Browsers offer permessage-deflate and uvicorn accepts it by default: the web
+        # process then compresses every ~250 KB frame once per browser, in its one
+        # event loop (40 % of a core and a 2 s p99 at 100 clients). gpulse runs web
+        # without it; --ws-compression measures the difference.
+        deflate = "true" if self.ws_compression else "false"
+        self.stack.spawn(
+            "web", py, "-m", "uvicorn", "dashboard.asgi:application", "--host", "127.0.0.1",
+            "--port", str(self.stack.port), "--lifespan", "off", "--no-access-log",
+            "--ws-per-message-deflate", deflate,
+        )
+        self.stack.spawn("ingest", py, "manage.py", "ingest")
+        self.stack.wait_for_web()
+        return self
+
+    def check_running(self) -> None:
+        """Raise RuntimeError naming a child process that has exited."""
+        for name, process in self.stack.processes:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with code {process.returncode} during the load test; "
+                    f"its last lines:\n{self.log_tail(name)}"
+                )
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        path = self.state_dir / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def login(self) -> str:
+        """Log in through /accounts/login/ as a browser does (CSRF token included); return the session id."""
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        login_url = f"{self.url}/accounts/login/"
+        opener.open(login_url, timeout=30).read()
+        csrf = next((c.value for c in jar if c.name == "csrftoken"), None)
+        if csrf is None:
+            raise RuntimeError("the login page set no CSRF cookie")
+        form = urllib.parse.urlencode(
+            {"username": USERNAME, "password": self.password, "csrfmiddlewaretoken": csrf, "next": "/"}
+        ).encode()
+        opener.open(urllib.request.Request(login_url, data=form, headers={"Referer": login_url}), timeout=30).read()
+        session = next((c.value for c in jar if c.name == "sessionid"), None)
+        if session is None:
+            raise RuntimeError(f"logging in as {USERNAME!r} at {login_url} failed")
+        return session
+
+    def collector_missed_ticks(self) -> int:
+        """Sum the ticks the collectors reported skipping (they log each overrun)."""
+        missed = 0
+        for name, _process in self.stack.processes:
+            if name.startswith("collector"):
+                missed += sum(int(n) for n in re.findall(r"skipped (\d+) tick", self.log_tail(name, 10_000)))
+        return missed
+
+    def stop(self, keep_logs: bool = False) -> None:
+        """Stop every process; remove the temporary state unless ``keep_logs`` (after a failure)."""
+        try:
+            self.stack.stop()
+        finally:
+            if self.redis is not None:
+                self.redis.stop()
+            elif self.prefix is not None and self.stack.redis_url:
+                self._delete_our_keys()
+            if not keep_logs:
+                shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def _delete_our_keys(self) -> None:
+        client = redis.Redis.from_url(self.stack.redis_url)
+        try:
+            batch = []
+            for key in client.scan_iter(match=f"{self.prefix}*", count=1000):
+                batch.append(key)
+                if len(batch) == 1000:
+                    client.unlink(*batch)
+                    batch.clear()
+            if batch:
+                client.unlink(*batch)
+        finally:
+            client.close()

@@ -1,0 +1,102 @@
+"""CPU of one NVML collector: `python -m collectors --source nvml`, 8 GPUs at 1 Hz, into a real Redis.
+
+The GPUs are the fake libnvidia-ml.so.1 of the test suite (tests/fake_nvml,
+built here with gcc): the real nvidia-ml-py binding and the real collector
+run unchanged, only the driver library answers from memory. A real driver
+spends more time per call inside the library; what this measures is the
+collector's own work (the Python around NVML, JSON, Redis writes).
+
+The first seconds (imports, NVML start-up) are left out; CPU is the
+collector's user + system time over the measured window, in percent of one
+core. Probes are off (--probe-interval 0): they run every 10 minutes in
+processes of their own.
+
+    .venv/bin/python scripts/measure_collector_cpu.py [--gpus 8] [--interval 1] [--duration 60] [--json]
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gpulse.keys import Keys  # noqa: E402
+from gpulse.redis_server import EmbeddedRedis  # noqa: E402
+from tests import fake_nvml  # noqa: E402
+
+SETTLE_SECONDS = 5.0
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def measure(gpus: int, interval: float, duration: float) -> dict:
+    server = EmbeddedRedis().start()
+    collector = None
+    try:
+        env = fake_nvml.subprocess_env(fake_nvml.config(gpus=gpus))
+        collector = subprocess.Popen(
+            [sys.executable, "-m", "collectors", "--source", "nvml", "--redis-url", server.url,
+             "--node-name", "cpu-bench", "--interval", str(interval), "--probe-interval", "0"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        meter = psutil.Process(collector.pid)
+        time.sleep(SETTLE_SECONDS)
+        client = redis.Redis.from_url(server.url)
+        entries_before = client.xlen(Keys().telemetry)
+        start_cpu, start = cpu_seconds(meter), time.monotonic()
+        peak_rss = 0
+        while time.monotonic() - start < duration:
+            if collector.poll() is not None:
+                raise RuntimeError(f"the collector exited: {collector.stderr.read().decode()[-2000:]}")
+            peak_rss = max(peak_rss, meter.memory_info().rss)
+            time.sleep(min(1.0, duration - (time.monotonic() - start)))
+        cpu, elapsed = cpu_seconds(meter) - start_cpu, time.monotonic() - start
+        samples = client.xlen(Keys().telemetry) - entries_before
+        client.close()
+    finally:
+        if collector is not None and collector.poll() is None:
+            collector.terminate()
+            collector.wait(10)
+        server.stop()
+    return {
+        "cpu_percent": round(100.0 * cpu / elapsed, 2),
+        "cpu_ms_per_sample": round(1000.0 * cpu / samples, 2) if samples else None,
+        "samples": samples,
+        "expected_samples": round(elapsed / interval),
+        "rss_mb": round(peak_rss / 2**20, 1),
+        "gpus": gpus,
+        "interval": interval,
+        "duration": round(elapsed, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds measured, after 5 s of start-up")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = measure(args.gpus, args.interval, args.duration)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"nvml collector, {result['gpus']} fake GPUs every {result['interval']:g} s, {result['duration']:g} s: "
+              f"{result['cpu_percent']:.2f} % of one core ({result['cpu_ms_per_sample']} ms CPU per sample), "
+              f"{result['samples']} of {result['expected_samples']} samples written, "
+              f"peak RSS {result['rss_mb']:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
