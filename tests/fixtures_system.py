@@ -74,7 +74,7 @@ def running_system(tmp_path_factory) -> RunningSystem:
         sim_nodes=SIM_NODES,
         sim_gpus=SIM_GPUS,
         interval=1.0,
-        node_workers=False,
+        node_workers=True,  # the benchmark tests launch real jobs on the simulated nodes
         extra_env={"GPULSE_ADMIN_PASSWORD": ADMIN_PASSWORD},
     )
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.probe import publish_probe
 from gpulse.keys import Keys
 
 # Fixtures: chromium, browser_page, admin_page (tests.browser) and running_system
@@ -83,7 +84,7 @@ def test_the_overview_shows_every_gpu_and_its_numbers_change_live(admin_page, ru
     assert re.fullmatch(r"\d+ W|\d+\.\d kW", admin_page.text_content("#kpi-power"))
     assert re.fullmatch(r"\d+\.\d GiB", admin_page.text_content("#kpi-mem"))
     assert admin_page.text_content("#kpi-alerts").isdigit()
-    assert [len(row) for row in admin_page.evaluate(NODE_TABLE)] == [8] * running_system.nodes
+    assert [len(row) for row in admin_page.evaluate(NODE_TABLE)] == [9] * running_system.nodes
 
     before = admin_page.evaluate(DISPLAYED_NUMBERS)
     time.sleep(3)
@@ -224,7 +225,7 @@ def test_lost_gpus_and_dead_nodes_are_marked_never_shown_as_current(admin_page, 
         assert admin_page.text_content("#kpi-down") == "1 down"
         admin_page.wait_for_selector("#node-table tr.row-down[data-node='sim-04']")
         row = next(row for row in admin_page.evaluate(NODE_TABLE) if row[0] == "sim-04")
-        assert row[1] == "down" and row[2].startswith("no data") and row[4:] == ["—", "—", "—", "—"]
+        assert row[1] == "down" and row[2].startswith("no data") and row[4:8] == ["—", "—", "—", "—"]
 
         admin_page.goto(running_system.base_url + "/nodes/sim-04/")
         admin_page.wait_for_selector("#node-banner:not([hidden])")
@@ -237,6 +238,64 @@ def test_lost_gpus_and_dead_nodes_are_marked_never_shown_as_current(admin_page, 
     admin_page.wait_for_selector("#gpu-table tbody tr:nth-child(8)")
     # The missed samples show as a gap in the live charts, not as a line across them.
     admin_page.wait_for_function("document.getElementById('live-util').data[0].y.includes(null)")
+
+
+def probe_record(node: str, ts: float, busbw: float | None, status: str = "succeeded", reason: str | None = None) -> dict:
+    """A probe result as collectors.probe writes it."""
+    return {"v": 1, "node": node, "ts": ts, "backend": "gloo", "world_size": 2, "max_bytes": 1 << 20,
+            "busbw": busbw, "avg_busbw": busbw and busbw / 2, "wrong": 0, "status": status, "reason": reason,
+            "duration_s": 1.5}
+
+
+def test_a_node_whose_probe_falls_below_its_median_is_flagged_low(admin_page, running_system):
+    client, keys = running_system.redis(), Keys()
+    now = time.time()
+    open_overview(admin_page, running_system)
+    try:
+        for k, busbw in enumerate([10.0, 10.4, 9.8, 10.2]):
+            publish_probe(client, keys, probe_record("sim-03", now - 300 + k * 60, busbw))
+        admin_page.wait_for_selector("#node-table tr[data-node='sim-03'] td:nth-child(9):has-text('10.2')")
+        assert "LOW" not in admin_page.text_content("#node-table tbody")
+
+        publish_probe(client, keys, probe_record("sim-03", now, 4.0))  # 60 % below its median of 10.1
+        admin_page.wait_for_selector("#node-table tr[data-node='sim-03'] td:nth-child(9) .tag-alert")
+        cell = admin_page.locator("#node-table tr[data-node='sim-03'] td:nth-child(9)")
+        assert cell.text_content().strip() == "4.0 LOW"
+        assert cell.get_attribute("title") == "4.0 GB/s vs median 10.1 GB/s"
+        heat = wait_for_heatmap(admin_page, "h.labels[2].includes('⚠ probe')")
+        assert [label for label in heat["labels"] if "probe" in label] == ["sim-03  ⚠ probe"]
+        others = [row for row in admin_page.evaluate(NODE_TABLE) if row[0] != "sim-03"]
+        assert all("LOW" not in row[8] for row in others), others
+    finally:
+        # A normal probe clears the flag, so the rest of the session sees a healthy fleet.
+        publish_probe(client, keys, probe_record("sim-03", time.time(), 10.0))
+    admin_page.wait_for_function("!document.querySelector('#node-table tbody').textContent.includes('LOW')")
+
+
+PROBE_CHART = """() => {
+  const gd = document.getElementById("probe-chart");
+  return gd.data ? gd.data.map(t => ({name: t.name, y: t.y, text: t.text})) : null;
+}"""
+
+
+def test_the_node_page_charts_its_bandwidth_probes(admin_page, running_system):
+    client, keys = running_system.redis(), Keys()
+    # Without probes (the collector's own first probe comes after 10 min) the page says how to get one.
+    client.delete(keys.probe_history("sim-01"))
+    admin_page.goto(running_system.base_url + "/nodes/sim-01/")
+    admin_page.wait_for_function("document.getElementById('probe-last').textContent.startsWith('no probe yet')")
+    assert admin_page.is_hidden("#probe-chart")
+
+    now = time.time()
+    publish_probe(client, keys, probe_record("sim-01", now - 600, 12.5))
+    publish_probe(client, keys, probe_record("sim-01", now - 400, None, "timed_out", "no result within 120 s"))
+    publish_probe(client, keys, probe_record("sim-01", now - 180, 11.25))
+    admin_page.reload()
+    admin_page.wait_for_function(f"({PROBE_CHART})() !== null")
+    ok, failed = admin_page.evaluate(PROBE_CHART)
+    assert ok["y"] == [12.5, 11.25] and ok["text"] == ["gloo, 2 ranks"] * 2
+    assert failed["y"] == [0] and failed["text"] == ["timed_out: no result within 120 s (gloo, 2 ranks)"]
+    assert admin_page.text_content("#probe-last") == "last probe: 11.3 GB/s, gloo, 2 ranks, 3 min ago · succeeded"
 
 
 def save_screenshot(page, tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
-/* Node detail: status, live per-GPU charts (15 min), GPU and process tables, history.
+/* Node detail: status, live per-GPU charts (15 min), GPU and process tables,
+ * bandwidth probes, history.
  *
  * The live charts start from the node's recent points (GET /api/v1/nodes/<name>
  * ?recent=1) and grow from /ws/nodes/<name>/, which sends the full sample
  * whenever the node's sample or status changes. A down node's last values are
  * never shown as if current: its tables say when data stopped instead.
+ * History and probes come from GET /api/v1/nodes/<name>, reloaded every minute.
  */
 (function () {
   "use strict";
@@ -13,6 +15,8 @@
   // A step longer than this many intervals is a missed sample: draw a gap.
   const GAP_INTERVALS = 2;
   const HISTORY_GAP_S = 2 * 60;
+  // Minute rollups and probes change slowly: reload them once a minute.
+  const RELOAD_EVERY_MS = 60 * 1000;
   const MIB_PER_GIB = 1024;
   // Plotly takes epoch milliseconds as UTC; shift them so the axes read local time.
   const TZ_SHIFT_MS = -new Date().getTimezoneOffset() * 60000;
@@ -50,6 +54,7 @@
   let points = []; // {ts, values: [[util, mem GiB, temp, power] per GPU]}, oldest first
   let chartsQueued = false;
   let lastChartsAt = 0;
+  let lastProbe = null; // the newest probe record, its age shown in #probe-last
 
   const els = {
     status: document.getElementById("node-status"),
@@ -61,6 +66,8 @@
     gpuTable: document.getElementById("gpu-table"),
     procBody: document.querySelector("#proc-table tbody"),
     historyNote: document.getElementById("history-note"),
+    probeLast: document.getElementById("probe-last"),
+    probeChart: document.getElementById("probe-chart"),
   };
 
   function num(value) {
@@ -337,8 +344,9 @@
 
   /* ---- history ---------------------------------------------------------------------- */
 
-  function loadHistory() {
-    const url = "/api/v1/nodes/" + encodeURIComponent(name) + "?since=" + encodeURIComponent(since) + "&recent=1";
+  /* Fetch the history range and the probes; withRecent also backfills the live charts. */
+  function loadHistory(withRecent) {
+    const url = "/api/v1/nodes/" + encodeURIComponent(name) + "?since=" + encodeURIComponent(since) + (withRecent ? "&recent=1" : "");
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) {
         return response.json().then(function (body) {
@@ -348,7 +356,9 @@
       })
       .then(function (body) {
         if (body.recent) backfill(body.recent);
+        els.historyNote.hidden = true;
         renderHistory(body.history);
+        renderProbes(body.probes || []);
       })
       .catch(function (error) {
         els.historyNote.hidden = false;
@@ -404,10 +414,75 @@
     });
   }
 
+  /* ---- bandwidth probes (collectors/probe.py records, oldest first) ---------------------- */
+
+  function renderProbes(probes) {
+    lastProbe = probes.length ? probes[probes.length - 1] : null;
+    renderLastProbe();
+    if (!probes.length) {
+      els.probeChart.hidden = true;
+      return;
+    }
+    const ok = { x: [], y: [], text: [] };
+    const failed = { x: [], y: [], text: [] };
+    probes.forEach(function (probe) {
+      const x = shiftMs(probe.ts);
+      const where = probe.backend + ", " + (probe.world_size ? probe.world_size + " ranks" : "ranks unknown");
+      if (probe.status === "succeeded" && num(probe.busbw) !== null) {
+        ok.x.push(x);
+        ok.y.push(probe.busbw);
+        ok.text.push(where);
+      } else {
+        failed.x.push(x);
+        failed.y.push(0); // a failed probe has no bandwidth: mark it on the axis
+        failed.text.push(probe.status + (probe.reason ? ": " + probe.reason : "") + " (" + where + ")");
+      }
+    });
+    const traces = [
+      {
+        type: "scatter", mode: "lines+markers", name: "busbw", x: ok.x, y: ok.y, text: ok.text,
+        line: { width: 1.5, color: COLOURS[0] }, marker: { size: 5 },
+        hovertemplate: "%{y:.1f} GB/s · %{text}<extra></extra>",
+      },
+      {
+        type: "scatter", mode: "markers", name: "failed", x: failed.x, y: failed.y, text: failed.text,
+        marker: { symbol: "x", size: 9, color: "#d1242f" },
+        hovertemplate: "%{text}<extra></extra>",
+      },
+    ];
+    els.probeChart.hidden = false;
+    const layout = chartLayout("Bus bandwidth", "GB/s", null, null);
+    layout.xaxis.autorange = true;
+    layout.hovermode = "closest";
+    layout.showlegend = failed.x.length > 0;
+    Plotly.react(els.probeChart, traces, layout, PLOT_CONFIG);
+  }
+
+  function renderLastProbe() {
+    const probe = lastProbe;
+    if (!probe) {
+      els.probeLast.className = "muted";
+      els.probeLast.textContent = "no probe yet (collector --probe-interval, default 10 min)";
+      return;
+    }
+    const succeeded = probe.status === "succeeded";
+    const parts = [
+      succeeded ? L.fixed(num(probe.busbw), 1) + " GB/s" : "no bandwidth",
+      probe.backend,
+    ];
+    if (probe.world_size) parts.push(probe.world_size + " ranks");
+    parts.push(L.age(Date.now() / 1000 - probe.ts) + " ago");
+    let state = probe.status + (probe.reason ? ": " + probe.reason : "");
+    if (succeeded && probe.wrong) state += ", " + probe.wrong + " wrong results";
+    els.probeLast.className = succeeded && !probe.wrong ? "" : "error-text";
+    els.probeLast.textContent = "last probe: " + parts.join(", ") + " · " + state;
+  }
+
   /* ---- start --------------------------------------------------------------------------- */
 
   function tick() {
     renderStatus();
+    if (lastProbe) renderLastProbe();
     // Slide the 15-minute window even when nothing arrives (a down node's gap grows).
     if (performance.now() - lastChartsAt > 2000) queueCharts();
   }
@@ -415,8 +490,9 @@
   if (live.sample && live.ts) addSample(live.sample);
   renderStatus();
   renderTables();
-  loadHistory();
+  loadHistory(true);
   setInterval(tick, 1000);
+  setInterval(loadHistory, RELOAD_EVERY_MS, false);
   L.connect("/ws/nodes/" + encodeURIComponent(name) + "/", {
     onMessage: onMessage,
     onState: function (state, detail) {

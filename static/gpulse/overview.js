@@ -5,6 +5,8 @@
  * (row = node, column = GPU index); drawing happens at most once per animation
  * frame, and the heatmap is one Plotly trace whose z is restyled in place, so
  * an 8,000-GPU cluster costs one array walk per frame, not 8,000 DOM updates.
+ * A node whose bandwidth probe is low (frames' "probe") is flagged in the
+ * table and on its heatmap row label.
  */
 (function () {
   "use strict";
@@ -213,6 +215,7 @@
     cells.present = new Uint8Array(n * cols);
     cells.model = new Array(n * cols).fill("");
     rows.status = new Array(n).fill("down");
+    rows.probe = new Array(n).fill(null);
     rows.ts = new Float64Array(n);
     ["gpus", "reporting", "lost", "utilSum", "utilN", "maxTemp", "power", "powerLimit", "memUsed", "memTotal"].forEach(
       function (key) { rows[key] = new Float64Array(n); }
@@ -271,6 +274,11 @@
       if (cells.memTotal[i] === cells.memTotal[i]) memTotal += cells.memTotal[i];
     }
     if (rows.status[r] !== entry.status) dirty.table = true; // a node going down shows at once
+    const probe = entry.probe || null;
+    const before = rows.probe[r];
+    // Probes come every few minutes: redraw only when this node's verdict or reading changes.
+    if (!before !== !probe || (probe && (probe.low !== before.low || probe.ts !== before.ts))) dirty.table = true;
+    rows.probe[r] = probe;
     rows.status[r] = entry.status;
     rows.ts[r] = entry.ts;
     rows.gpus[r] = gpus.length;
@@ -414,7 +422,9 @@
     for (let r = 0; r < n; r += every) {
       vals.push(r);
       const status = rows.status[r];
-      text.push(st.names[r] + (status === "up" ? "" : status === "down" ? "  ✕ down" : "  ⚠ stale"));
+      const probe = rows.probe[r];
+      text.push(st.names[r] + (status === "up" ? "" : status === "down" ? "  ✕ down" : "  ⚠ stale") +
+        (probe && probe.low ? "  ⚠ probe" : ""));
     }
     return { vals: vals, text: text };
   }
@@ -573,6 +583,8 @@
     if (flags & FLAG_ECC) tags.push("uncorrected ECC errors");
     if (flags & FLAG_THROTTLED) tags.push("power/thermal slowdown");
     if (tags.length) lines.push('<span class="status-stale">' + tags.join(", ") + "</span>");
+    const probe = rows.probe[cell.r];
+    if (probe && probe.low) lines.push('<span class="status-down">probe LOW</span>: ' + L.escapeHtml(probeDetail(probe)));
     return lines.join("<br>");
   }
 
@@ -658,6 +670,7 @@
         temp: rows.maxTemp[r],
         power: rows.reporting[r] ? rows.power[r] : NaN,
         mem: rows.reporting[r] ? rows.memUsed[r] : NaN,
+        probe: rows.probe[r] ? num(rows.probe[r].busbw) : NaN,
       });
     }
     const key = view.sortKey, dir = view.sortDir;
@@ -699,11 +712,26 @@
         '<td class="num">' + (down ? "—" : L.fixed(row.temp, 0)) + "</td>" +
         '<td class="num">' + (down ? "—" : L.fixed(row.power, 0)) + "</td>" +
         '<td class="num">' + (down ? "—" : L.fixed(row.mem / 1024, 0) + " / " + L.fixed(rows.memTotal[r] / 1024, 0)) + "</td>" +
+        probeCell(rows.probe[r]) +
         "</tr>";
     }
     els.tbody.innerHTML = html.join("");
     const matching = list.length === st.names.length ? st.names.length + " nodes" : list.length + " of " + st.names.length + " nodes";
     els.nodeCount.textContent = shown < list.length ? matching + ", first " + shown + " shown: sort or filter to see others" : matching;
+  }
+
+  /* "182.4 GB/s vs median 190.1 GB/s", or why the probe has no bandwidth. */
+  function probeDetail(probe) {
+    if (probe.status !== "succeeded") return "probe " + probe.status + " at " + L.clockTime(probe.ts);
+    const median = L.isNum(probe.median) ? " vs median " + probe.median.toFixed(1) + " GB/s" : " (too few earlier probes for a median)";
+    return L.fixed(num(probe.busbw), 1) + " GB/s" + median;
+  }
+
+  function probeCell(probe) {
+    if (!probe) return '<td class="num muted" title="No bandwidth probe yet">—</td>';
+    const value = probe.status === "succeeded" ? L.fixed(num(probe.busbw), 1) : probe.status;
+    const badge = probe.low ? ' <b class="tag tag-alert">LOW</b>' : "";
+    return '<td class="num" title="' + L.escapeHtml(probeDetail(probe)) + '">' + L.escapeHtml(value) + badge + "</td>";
   }
 
   function markSortedHeader() {

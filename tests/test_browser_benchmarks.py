@@ -1,0 +1,76 @@
+"""In a browser: launch a 2-node all-reduce on the running system, watch its rows arrive,
+see the chart; a user without the permission gets 403; a POST without CSRF is refused."""
+
+import re
+
+import pytest
+
+from tests.browser import log_in
+
+pytest_plugins = ("tests.browser", "tests.fixtures_system")
+pytestmark = pytest.mark.browser
+
+
+def test_an_operator_launches_a_two_node_job_and_watches_it_run(admin_page, running_system):
+    page = admin_page
+    page.goto(f"{running_system.base_url}/benchmarks/")
+    options = page.locator("#id_nodes option")
+    nodes = [options.nth(i).get_attribute("value") for i in range(options.count())][:2]
+    assert len(nodes) == 2, "the launch form lists the live nodes"
+    page.select_option("#id_nodes", nodes)
+    page.fill("#id_ranks_per_node", "1")
+    page.select_option("#id_backend", "gloo")
+    page.fill("#id_min_bytes", "1K")
+    page.fill("#id_max_bytes", "256K")
+    page.fill("#id_iters", "5")
+    page.fill("#id_warmup_iters", "1")
+    with page.expect_navigation():
+        page.click("#launch-form button[type=submit]")
+    assert re.search(r"/benchmarks/\d+/$", page.url)
+    # Rows arrive over the websocket while the job runs, then the page shows the recorded job.
+    page.wait_for_selector("#rows tbody tr", timeout=90_000)
+    page.wait_for_function("document.querySelector('#job-status').textContent.trim() === 'succeeded'",
+                           timeout=90_000)
+    rows = page.locator("#rows tbody tr")
+    assert rows.count() == 9  # 1K .. 256K by 2
+    assert rows.first.locator("td").first.text_content() == "1024"
+    assert {rows.nth(i).locator("td").nth(7).text_content() for i in range(rows.count())} == {"0"}  # #wrong
+    assert page.locator("#bandwidth-chart .scatterlayer .trace").count() == 4  # busbw and algbw, both placements
+    assert "GB/s" in page.locator("#job-avg").text_content()
+    for node in nodes:
+        assert node in page.locator(".facts").text_content()
+
+
+def test_a_user_without_the_permission_cannot_launch(chromium, running_system):
+    running_system.stack.manage(
+        "shell", "-c",
+        "from django.contrib.auth import get_user_model as m; "
+        "m().objects.filter(username='viewer').exists() or m().objects.create_user('viewer', password='viewer-pw-123')",
+    )
+    context = chromium.new_context()
+    page = context.new_page()
+    try:
+        log_in(page, running_system.base_url, "viewer", "viewer-pw-123", "/benchmarks/")
+        assert page.locator("#launch-form").count() == 0
+        assert "launch_benchmark" in page.content()
+        token = context.cookies()
+        csrf = next(c["value"] for c in token if c["name"] == "csrftoken")
+        response = page.request.post(f"{running_system.base_url}/api/v1/benchmarks",
+                                     data='{"nodes": ["sim-01"]}',
+                                     headers={"X-CSRFToken": csrf, "Content-Type": "application/json",
+                                              "Referer": running_system.base_url + "/benchmarks/"})
+        assert response.status == 403
+        assert "launch_benchmark permission" in response.json()["error"]
+    finally:
+        context.close()
+
+
+def test_a_post_without_csrf_token_is_refused(admin_context, running_system):
+    page = admin_context.new_page()
+    try:
+        response = page.request.post(f"{running_system.base_url}/api/v1/benchmarks",
+                                     data='{"nodes": ["sim-01"]}', headers={"Content-Type": "application/json"})
+        assert response.status == 403
+        assert "CSRF" in response.text()
+    finally:
+        page.close()
