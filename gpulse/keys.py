@@ -26,13 +26,6 @@ class Keys:
     def node(self, name: str) -> str:
         return f"{self.prefix}node:{name}"
 
-    @property
-    def node_pattern(self) -> str:
-        return f"{self.prefix}node:*"
-
-    def node_name_from_key(self, key: str) -> str:
-        return key[len(self.prefix) + len("node:"):]
-
     def job_events(self, job_id) -> str:
         return f"{self.prefix}job:{job_id}:events"
 

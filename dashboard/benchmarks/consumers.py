@@ -1,27 +1,15 @@
 """/ws/benchmarks/<id>/: a job's progress rows as they arrive, then its final state."""
 
-import asyncio
-
 import orjson
 
-from dashboard.live.consumers import AuthenticatedConsumer
+from dashboard.live.consumers import FollowingConsumer
 from dashboard.live.redis_async import get_client
 from gpulse.keys import Keys
 
 
-class JobConsumer(AuthenticatedConsumer):
-    async def start(self):
-        self.job_id = int(self.scope["url_route"]["kwargs"]["pk"])
-        await self.accept()
-        self.task = asyncio.create_task(self.follow())
-
-    async def disconnect(self, code):
-        task = getattr(self, "task", None)
-        if task:
-            task.cancel()
-
+class JobConsumer(FollowingConsumer):
     async def follow(self):
-        stream = Keys().job_events(self.job_id)
+        stream = Keys().job_events(int(self.scope["url_route"]["kwargs"]["pk"]))
         after = "0-0"
         while True:
             reply = await get_client().xread({stream: after}, block=5000, count=1000)

@@ -30,6 +30,22 @@ class AuthenticatedConsumer(AsyncWebsocketConsumer):
         raise NotImplementedError
 
 
+class FollowingConsumer(AuthenticatedConsumer):
+    """Run follow() for as long as the socket is open."""
+
+    async def start(self):
+        await self.accept()
+        self.task = asyncio.create_task(self.follow())
+
+    async def disconnect(self, code):
+        task = getattr(self, "task", None)
+        if task:
+            task.cancel()
+
+    async def follow(self):
+        raise NotImplementedError
+
+
 class ClusterConsumer(AuthenticatedConsumer):
     """Send the snapshot on connect, then relay ingest's one delta frame per tick."""
 
@@ -52,22 +68,13 @@ class ClusterConsumer(AuthenticatedConsumer):
         await self.send(text_data=event["text"])
 
 
-class NodeConsumer(AuthenticatedConsumer):
+class NodeConsumer(FollowingConsumer):
     """Send the node's full latest sample (processes included) whenever it changes."""
 
     poll_seconds = 0.5
 
-    async def start(self):
-        self.node = self.scope["url_route"]["kwargs"]["name"]
-        await self.accept()
-        self.task = asyncio.create_task(self.follow())
-
-    async def disconnect(self, code):
-        task = getattr(self, "task", None)
-        if task:
-            task.cancel()
-
     async def follow(self):
+        self.node = self.scope["url_route"]["kwargs"]["name"]
         keys = Keys()
         last = None
         while True:

@@ -5,6 +5,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.live.ingest import Ingest
 from dashboard.live.publish import FramePublisher
 from dashboard.live.summary import cluster_summary
@@ -20,8 +21,6 @@ class Command(BaseCommand):
         parser.add_argument("--consumer", help="consumer name in the group (default host-pid)")
 
     def handle(self, tick, consumer, **options):
-        from dashboard.alerts.evaluate import AlertEvaluator
-
         stopping = []
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stopping.append(True))
