@@ -39,6 +39,17 @@ def test_an_operator_launches_a_two_node_job_and_watches_it_run(admin_page, runn
     assert "GB/s" in page.locator("#job-avg").text_content()
     for node in nodes:
         assert node in page.locator(".facts").text_content()
+    job_id = re.search(r"/benchmarks/(\d+)/$", page.url).group(1)
+
+    page.goto(f"{running_system.base_url}/benchmarks/compare/?id={job_id}")
+    page.wait_for_selector("#compare-chart .scatterlayer .trace")
+    assert page.locator("#compare-chart .scatterlayer .trace").count() == 1
+
+    # The overview's job card shows the throughput, the new job's bandwidth included.
+    page.goto(f"{running_system.base_url}/")
+    page.wait_for_function(
+        f"document.getElementById('kpi-throughput').textContent.includes('{','.join(nodes)}')", timeout=30_000)
+    assert "GB/s" in page.locator("#kpi-throughput").text_content()
 
 
 def test_a_user_without_the_permission_cannot_launch(chromium, running_system):

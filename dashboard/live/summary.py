@@ -1,18 +1,39 @@
 """Cluster-wide counters the overview header shows next to the GPU numbers."""
 
 import logging
+import time
 
 from dashboard.alerts.evaluate import firing_count
 from dashboard.benchmarks.models import BenchmarkJob
+from dashboard.benchmarks.throughput import job_throughput
 
 log = logging.getLogger(__name__)
 
+# Job throughput changes with finished jobs, not every tick: refresh it this often.
+THROUGHPUT_EVERY = 10.0
+_throughput = {"at": 0.0, "value": {}}
+
+
+def throughput_summary() -> dict:
+    now = time.monotonic()
+    if now - _throughput["at"] >= THROUGHPUT_EVERY:
+        figures = job_throughput(recent=20)
+        latest = figures["bandwidth"][0] if figures["bandwidth"] else None
+        _throughput["value"] = {
+            "jobs_last_hour": figures["completed_last_hour"],
+            "job_mean_s": figures["mean_duration_s"],
+            "latest_busbw": latest,  # {"nodes", "job", "busbw", "previous", "finished"}
+        }
+        _throughput["at"] = now
+    return _throughput["value"]
+
 
 def cluster_summary() -> dict:
-    """Return firing alerts and benchmark jobs by state; never raise into ingest."""
+    """Return firing alerts, benchmark jobs by state and job throughput; never raise into ingest."""
     try:
         jobs = BenchmarkJob.objects.active_counts()
-        return {"alerts_firing": firing_count(), "jobs_running": jobs["running"], "jobs_queued": jobs["queued"]}
+        return {"alerts_firing": firing_count(), "jobs_running": jobs["running"], "jobs_queued": jobs["queued"],
+                **throughput_summary()}
     except Exception as exc:  # a locked or unreachable database must not stop frames
         log.warning("cluster summary unavailable: %s", exc)
         return {}

@@ -643,8 +643,22 @@
     document.getElementById("kpi-alerts").classList.toggle("status-down", s.alerts_firing > 0);
     setText("kpi-jobs", L.isNum(s.jobs_running) ? s.jobs_running + " running" : "—");
     setText("kpi-queued", (L.isNum(s.jobs_queued) ? s.jobs_queued : "—") + " queued");
+    setText("kpi-throughput", throughputText(s));
     const nav = document.getElementById("nav-firing");
     if (nav && L.isNum(s.alerts_firing)) nav.textContent = s.alerts_firing ? String(s.alerts_firing) : "";
+  }
+
+  // "3/h · 42 s mean · 12.3 GB/s ↑ sim-01,sim-02": the newest job's busbw against the run before on those nodes.
+  function throughputText(s) {
+    if (!L.isNum(s.jobs_last_hour)) return "";
+    const parts = [s.jobs_last_hour + "/h"];
+    if (L.isNum(s.job_mean_s)) parts.push(Math.round(s.job_mean_s) + " s mean");
+    const b = s.latest_busbw;
+    if (b && L.isNum(b.busbw)) {
+      const trend = L.isNum(b.previous) ? (b.busbw > b.previous * 1.02 ? " ↑" : b.busbw < b.previous * 0.98 ? " ↓" : " =") : "";
+      parts.push(b.busbw.toFixed(2) + " GB/s" + trend + " " + b.nodes);
+    }
+    return parts.join(" · ");
   }
 
   function watts(w) {
