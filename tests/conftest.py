@@ -6,6 +6,9 @@ import redis
 from gpulse.redis_server import EmbeddedRedis
 from tests import redis_session
 
+# Headless Chromium and the whole running system, for the browser tests.
+pytest_plugins = ("tests.browser", "tests.fixtures_system")
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> EmbeddedRedis:

@@ -7,7 +7,6 @@ import pytest
 
 from tests.browser import log_in
 
-pytest_plugins = ("tests.browser", "tests.fixtures_system")
 pytestmark = pytest.mark.browser
 
 

@@ -13,7 +13,6 @@ from gpulse.keys import Keys
 
 # Fixtures: chromium, browser_page, admin_page (tests.browser) and running_system
 # (tests.fixtures_system), as plugins, so one system serves every module that uses it.
-pytest_plugins = ("tests.browser", "tests.fixtures_system")
 pytestmark = pytest.mark.browser
 
 HEATMAP = """() => {
