@@ -86,3 +86,19 @@ async def test_the_node_socket_sends_the_full_sample_and_status(redis_client, se
     message = orjson.loads(await communicator.receive_from(timeout=5))
     assert message["status"] == "down" and message["sample"] is None
     await communicator.disconnect()
+
+
+async def test_a_job_socket_outlasts_a_quiet_queue_then_relays_rows_and_the_end(redis_client, session_cookie):
+    from workers import job_events
+
+    communicator = WebsocketCommunicator(application, "/ws/benchmarks/7/", headers=headers(session_cookie))
+    connected, _ = await communicator.connect()
+    assert connected
+    # Longer than the Redis client's 5 s socket timeout: the job is still queued.
+    assert await communicator.receive_nothing(timeout=6)
+    job_events.emit(redis_client, Keys(), 7, {"kind": "row", "row": {"size": 1024}})
+    job_events.emit(redis_client, Keys(), 7, {"kind": "final", "status": "succeeded", "reason": ""})
+    assert orjson.loads(await communicator.receive_from(timeout=5))["kind"] == "row"
+    assert orjson.loads(await communicator.receive_from(timeout=5))["kind"] == "final"
+    assert (await communicator.receive_output(timeout=5))["type"] == "websocket.close"
+    await communicator.disconnect()

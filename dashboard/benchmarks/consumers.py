@@ -1,10 +1,16 @@
 """/ws/benchmarks/<id>/: a job's progress rows as they arrive, then its final state."""
 
+import asyncio
+import logging
+
 import orjson
+import redis
 
 from dashboard.live.consumers import FollowingConsumer
 from dashboard.live.redis_async import get_client
 from gpulse.keys import Keys
+
+log = logging.getLogger(__name__)
 
 
 class JobConsumer(FollowingConsumer):
@@ -12,7 +18,14 @@ class JobConsumer(FollowingConsumer):
         stream = Keys().job_events(int(self.scope["url_route"]["kwargs"]["pk"]))
         after = "0-0"
         while True:
-            reply = await get_client().xread({stream: after}, block=5000, count=1000)
+            try:
+                # Block for less than the client's 5 s socket timeout, or a quiet
+                # queued job would end the follow with a timeout error.
+                reply = await get_client().xread({stream: after}, block=2000, count=1000)
+            except redis.RedisError as exc:
+                log.warning("job events unreadable, retrying: %s", exc)
+                await asyncio.sleep(1)
+                continue
             for _key, entries in reply or ():
                 for entry_id, fields in entries:
                     after = entry_id
