@@ -8,10 +8,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test browser clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt -c constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
