@@ -175,3 +175,21 @@ def test_a_hung_exporter_times_out():
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/metrics"
         with pytest.raises(SourceUnavailable, match="timed out"):
             DcgmSource(url, interval=1.0, timeout=0.3).sample()
+
+
+def test_the_collector_cli_reads_an_exporter_end_to_end(exporter):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", "collectors", "--source", "dcgm", "--dcgm-url", exporter.url,
+                           "--once", "--stdout"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1 and schema.parse(lines[0])["node"] == HOST
+    exporter.shutdown()
+    exporter.server_close()
+    gone = subprocess.run([sys.executable, "-m", "collectors", "--source", "dcgm", "--dcgm-url", exporter.url,
+                           "--once", "--stdout"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 2 and gone.stdout == ""
+    assert len(gone.stderr.strip().splitlines()) == 1 and "Traceback" not in gone.stderr
