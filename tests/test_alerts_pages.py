@@ -142,7 +142,7 @@ def test_without_the_permission_an_id_is_403_whether_it_exists_or_not(viewer):
 
 
 @pytest.mark.timeout(30)  # without a deadline the page would wait for ever
-def test_send_test_ends_within_the_deadline_on_a_trickling_receiver(admin, misbehaving, settings):
+def test_send_test_ends_within_the_deadline_on_a_trickling_receiver(admin, misbehaving, settings):  # noqa: F811
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     settings.GPULSE_WEBHOOK_TIMEOUT = DEADLINE
     endpoint = WebhookEndpoint.objects.create(name="slow", url=misbehaving("trickle").url)
