@@ -6,7 +6,7 @@ import dj_database_url
 import plotly
 
 from dashboard import production
-from dashboard.env import env_bool, env_float, env_list, env_str
+from dashboard.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -141,6 +141,13 @@ GPULSE_BENCHMARK_RATE = env_str("GPULSE_BENCHMARK_RATE", "10/600")
 # refused unless allowed, all of them or a list of networks (CIDR).
 GPULSE_WEBHOOK_ALLOW_PRIVATE = env_bool("GPULSE_WEBHOOK_ALLOW_PRIVATE", False)
 GPULSE_WEBHOOK_ALLOWED_NETWORKS = env_list("GPULSE_WEBHOOK_ALLOWED_NETWORKS", [])
+# Seconds one attempt may take in all (connect, send, answer, redirects): a
+# control worker, or a person pressing "Send test", waits that long at most.
+GPULSE_WEBHOOK_TIMEOUT = env_float("GPULSE_WEBHOOK_TIMEOUT", 10.0, minimum=0.1, maximum=10.0)
+# Attempts per event and endpoint before giving up; the wait after attempt n is
+# about RETRY_BASE × 2^(n-1) seconds (±50 % jitter, at most 5 minutes).
+GPULSE_WEBHOOK_MAX_ATTEMPTS = env_int("GPULSE_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
+GPULSE_WEBHOOK_RETRY_BASE = env_float("GPULSE_WEBHOOK_RETRY_BASE", 2.0, minimum=0.0)
 # The dashboard's public address, for links in notifications (Alertmanager's externalURL).
 GPULSE_EXTERNAL_URL = env_str("GPULSE_EXTERNAL_URL", "")
 

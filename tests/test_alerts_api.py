@@ -1,10 +1,12 @@
 """JSON API: rules, webhooks, silences, alerts and simulator faults; 201/400/401/403."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
+from django.utils import timezone
 
 from dashboard.accounts.models import ApiToken
 from dashboard.alerts.models import Rule, Silence, WebhookEndpoint
@@ -202,3 +204,17 @@ def test_faults_are_for_staff_only(operator, faults):
     response = post(operator, "/api/v1/simulator/faults", {"node": "sim-01", "gpu": 0, "fault": "hot"})
     assert response.status_code == 403
     assert faults() == {}
+
+
+def test_without_the_permission_an_id_is_403_whether_it_exists_or_not(viewer, operator):
+    endpoint = WebhookEndpoint.objects.create(name="ops", url=HOOK["url"])
+    rule = Rule.objects.get(name="GPU lost")
+    silence = Silence.objects.create(node_glob="gpu-01", until=timezone.now() + timedelta(hours=1))
+    for existing, path in ((endpoint.id, "webhooks"), (rule.id, "rules"), (silence.id, "silences")):
+        for pk in (existing, existing + 1000):
+            url = f"/api/v1/{path}/{pk}"
+            assert patch(viewer, url, {"comment": "x"}).status_code == 403, url
+            assert viewer.delete(url).status_code == 403, url
+    for pk in (endpoint.id, endpoint.id + 1000):
+        assert viewer.get(f"/api/v1/webhooks/{pk}").status_code == 403
+        assert operator.get(f"/api/v1/webhooks/{pk}").status_code == 403

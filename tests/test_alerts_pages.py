@@ -1,16 +1,21 @@
 """HTML pages: alerts (firing/pending/resolved), rules, webhooks with "Send test", simulator."""
 
+import time
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client, RequestFactory
+from django.utils import timezone
 
 from dashboard.alerts.context_processors import firing_alerts
 from dashboard.alerts.delivery import signature
 from dashboard.alerts.evaluate import AlertEvaluator
-from dashboard.alerts.models import DeliveryAttempt, Rule, WebhookEndpoint
+from dashboard.alerts.models import DeliveryAttempt, Rule, Silence, WebhookEndpoint
 from gpulse.keys import Keys
 from dashboard.live.state import UP
 from tests.test_alerts_evaluate import T0, cluster, gpu
+from tests.test_webhook_deadline import DEADLINE, SLACK, misbehaving  # noqa: F401  (fixture)
 from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db
@@ -121,3 +126,30 @@ def test_a_silence_is_created_from_the_alerts_page(admin):
     response = admin.post("/alerts/silences/", {"node_glob": "gpu-0*", "minutes": "90", "comment": "reboot"}, follow=True)
     page = response.content.decode()
     assert "Silenced node gpu-0* until" in page and "reboot" in page.split('id="silences"')[1]
+
+
+def test_without_the_permission_an_id_is_403_whether_it_exists_or_not(viewer):
+    rule = Rule.objects.get(name="GPU lost")
+    endpoint = WebhookEndpoint.objects.create(name="ops", url="https://hooks.example.com/gpulse")
+    silence = Silence.objects.create(node_glob="gpu-01", until=timezone.now() + timedelta(hours=1))
+    for existing, path in ((rule.id, "rules/{}/"), (rule.id, "rules/{}/delete"), (endpoint.id, "webhooks/{}/"),
+                           (endpoint.id, "webhooks/{}/delete"), (endpoint.id, "webhooks/{}/test"),
+                           (silence.id, "silences/{}/expire")):
+        for pk in (existing, existing + 1000):
+            url = "/alerts/" + path.format(pk)
+            assert viewer.post(url, {"name": "x"}).status_code == 403, url
+    assert viewer.get(f"/alerts/webhooks/{endpoint.id + 1000}/").status_code == 403
+
+
+@pytest.mark.timeout(30)  # without a deadline the page would wait for ever
+def test_send_test_ends_within_the_deadline_on_a_trickling_receiver(admin, misbehaving, settings):  # noqa: F811
+    settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
+    settings.GPULSE_WEBHOOK_TIMEOUT = DEADLINE
+    endpoint = WebhookEndpoint.objects.create(name="slow", url=misbehaving("trickle").url)
+    started = time.monotonic()
+    # In this thread: the test database's transaction is not visible to others.
+    response = admin.post(f"/alerts/webhooks/{endpoint.id}/test")
+    assert time.monotonic() - started < DEADLINE + 2 * SLACK
+    logged = DeliveryAttempt.objects.get(endpoint=endpoint)
+    assert logged.outcome == DeliveryAttempt.RETRY and logged.duration_ms < (DEADLINE + SLACK) * 1000
+    assert f"Test failed: timed out after {DEADLINE:g} s (127.0.0.1)" in admin.get(response.url).content.decode()

@@ -14,7 +14,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from dashboard.accounts.audit import audit
 from dashboard.alerts import simulator
-from dashboard.alerts.forms import FaultForm, RuleForm, SilenceForm, WebhookForm
+from dashboard.alerts.access import RULES, SILENCES, WEBHOOKS, ModelAccess
+from dashboard.alerts.forms import FaultForm, RuleForm, WebhookForm
 from dashboard.alerts.models import FIRING, PENDING, Alert, Rule, Silence, WebhookEndpoint
 
 
@@ -81,71 +82,65 @@ def alert_json(alert: Alert) -> dict:
 
 
 class Resource:
-    """List/create and read/update/delete views for one model through its form."""
+    """List/create and read/update/delete views for one model through its form.
 
-    def __init__(self, model, form_class, to_json, view_perm: str | None, pass_user: bool = False):
-        self.model, self.form_class, self.to_json, self.view_perm = model, form_class, to_json, view_perm
-        self.pass_user = pass_user
-        self.label = f"{model._meta.app_label}.%s_{model._meta.model_name}"
-        self.fields = list(form_class.base_fields)
+    Permission is checked before the object is looked up, so a user without
+    it gets 403 whether the id exists or not.
+    """
 
-    def _form(self, request, data, instance=None):
-        extra = {"user": request.user} if self.pass_user else {}
-        return self.form_class(data, instance=instance, **extra)
+    def __init__(self, access: ModelAccess, to_json):
+        self.access, self.to_json = access, to_json
+        self.fields = list(access.form_class.base_fields)
 
     def _save(self, request, form, status):
         if not form.is_valid():
             return _form_error(form)
         obj = form.save()
-        action = "create" if status == 201 else "update"
-        audit(request, f"{self.model._meta.model_name}.{action}", f"{self.model._meta.model_name} {obj.pk}", name=str(obj))
+        self.access.audit(request, "create" if status == 201 else "update", obj)
         payload = {"id": obj.id} if status == 201 else self.to_json(obj)
         if getattr(form, "generated_secret", None):
             payload["secret"] = form.generated_secret  # shown once, never again
         return JsonResponse(payload, status=status)
 
     def collection(self, request):
-        if request.method == "GET":
-            if self.view_perm and (denied := _denied(request, self.view_perm)):
-                return denied
-            return JsonResponse({"results": [self.to_json(o) for o in self.model.objects.all()]})
-        if denied := _denied(request, self.label % "add"):
+        perm = self.access.view_perm if request.method == "GET" else self.access.perm("add")
+        if perm and (denied := _denied(request, perm)):
             return denied
+        if request.method == "GET":
+            return JsonResponse({"results": [self.to_json(o) for o in self.access.model.objects.all()]})
         try:
             data = _body(request, self.fields)
         except BadRequest as exc:
             return _error(str(exc), 400)
-        defaults = {k: v for k, v in model_to_dict(self.model(), fields=self.fields).items() if k != "secret"}
-        return self._save(request, self._form(request, {**defaults, **data}), 201)
+        model = self.access.model
+        defaults = {k: v for k, v in model_to_dict(model(), fields=self.fields).items() if k != "secret"}
+        return self._save(request, self.access.form(request.user, {**defaults, **data}), 201)
 
     def detail(self, request, pk):
-        obj = self.model.objects.filter(pk=pk).first()
+        perms = {"GET": self.access.view_perm, "DELETE": self.access.perm("delete")}
+        perm = perms.get(request.method, self.access.perm("change"))
+        if perm and (denied := _denied(request, perm)):
+            return denied
+        obj = self.access.model.objects.filter(pk=pk).first()
         if obj is None:
-            return _error(f"no {self.model._meta.verbose_name} with id {pk}", 404)
+            return _error(f"no {self.access.model._meta.verbose_name} with id {pk}", 404)
         if request.method == "GET":
-            if self.view_perm and (denied := _denied(request, self.view_perm)):
-                return denied
             return JsonResponse(self.to_json(obj))
         if request.method == "DELETE":
-            if denied := _denied(request, self.label % "delete"):
-                return denied
-            audit(request, f"{self.model._meta.model_name}.delete", f"{self.model._meta.model_name} {obj.pk}", name=str(obj))
+            self.access.audit(request, "delete", obj)
             obj.delete()
             return HttpResponse(status=204)
-        if denied := _denied(request, self.label % "change"):
-            return denied
         try:
             data = _body(request, self.fields)
         except BadRequest as exc:
             return _error(str(exc), 400)
         current = model_to_dict(obj, fields=self.fields)
-        return self._save(request, self._form(request, {**current, **data}, instance=obj), 200)
+        return self._save(request, self.access.form(request.user, {**current, **data}, instance=obj), 200)
 
 
-rules = Resource(Rule, RuleForm, rule_json, view_perm=None)
-# Webhook URLs can carry credentials (Slack's do): listing them needs a permission.
-webhooks = Resource(WebhookEndpoint, WebhookForm, webhook_json, view_perm="alerts.view_webhookendpoint")
-silences = Resource(Silence, SilenceForm, silence_json, view_perm=None, pass_user=True)
+rules = Resource(RULES, rule_json)
+webhooks = Resource(WEBHOOKS, webhook_json)
+silences = Resource(SILENCES, silence_json)
 
 
 def _views(resource):

@@ -98,7 +98,7 @@ def rfc3339(moment: datetime | None) -> str:
 
 
 def external_url() -> str:
-    return getattr(settings, "GPULSE_EXTERNAL_URL", "").rstrip("/")
+    return settings.GPULSE_EXTERNAL_URL.rstrip("/")
 
 
 class Format:

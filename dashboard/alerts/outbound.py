@@ -7,6 +7,7 @@ operator allowed it (GPULSE_WEBHOOK_ALLOW_PRIVATE, GPULSE_WEBHOOK_ALLOWED_NETWOR
 """
 
 import http.client
+import io
 import ipaddress
 import socket
 import ssl
@@ -16,10 +17,11 @@ from urllib.parse import urljoin, urlsplit
 
 from django.conf import settings
 
-MAX_TIMEOUT = 10.0
 MAX_REDIRECTS = 3
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 EXCERPT_BYTES = 2048
+# All we ever read of an answer: status line, headers and the excerpt; a bigger one is the receiver's fault.
+MAX_RESPONSE_BYTES = 64 * 1024
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _ALLOW_HINT = "set GPULSE_WEBHOOK_ALLOW_PRIVATE=true to allow private targets"
@@ -49,11 +51,10 @@ class AddressPolicy:
     @classmethod
     def from_settings(cls) -> "AddressPolicy":
         try:
-            configured = getattr(settings, "GPULSE_WEBHOOK_ALLOWED_NETWORKS", ())
-            networks = tuple(ipaddress.ip_network(n, strict=False) for n in configured)
+            networks = tuple(ipaddress.ip_network(n, strict=False) for n in settings.GPULSE_WEBHOOK_ALLOWED_NETWORKS)
         except ValueError as exc:
             raise TransportError(f"GPULSE_WEBHOOK_ALLOWED_NETWORKS is invalid: {exc}", permanent=True) from None
-        return cls(allow_private=getattr(settings, "GPULSE_WEBHOOK_ALLOW_PRIVATE", False), allowed_networks=networks)
+        return cls(allow_private=settings.GPULSE_WEBHOOK_ALLOW_PRIVATE, allowed_networks=networks)
 
     def refusal(self, address: str) -> str | None:
         """Return why ``address`` must not be contacted, or None when it may."""
@@ -130,42 +131,103 @@ def _connect(address: str, port: int, timeout: float) -> socket.socket:
     return socket.create_connection((address, port), timeout=timeout)
 
 
+class _Deadline:
+    """The moment an attempt must be over, whatever the receiver does.
+
+    A socket timeout bounds one read: a receiver sending a byte a second would
+    never trip it. Every operation instead gets what is left of the attempt.
+    """
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._at = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        left = self._at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        return left
+
+
+class _ResponseReader(io.RawIOBase):
+    """The socket as HTTPResponse reads it: each read waits at most until the deadline,
+    and all reads together stop at MAX_RESPONSE_BYTES."""
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline, host: str):
+        super().__init__()
+        # Reading through the socket's own file keeps it open after the connection
+        # lets go of it, as it does at once for a response that ends the connection.
+        self._sock, self._file = sock, sock.makefile("rb", buffering=0)
+        self._deadline, self._host = deadline, host
+        self._read = 0
+
+    def makefile(self, mode: str):
+        # HTTPResponse asks its socket for a file: hand it this reader, buffered.
+        return io.BufferedReader(self)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._read >= MAX_RESPONSE_BYTES:
+            raise TransportError(f"the response from {self._host} is larger than {MAX_RESPONSE_BYTES // 1024} KiB")
+        self._sock.settimeout(self._deadline.remaining())
+        count = self._file.readinto(memoryview(buffer)[: MAX_RESPONSE_BYTES - self._read])
+        self._read += count
+        return count
+
+    def close(self):
+        self._file.close()
+        super().close()
+
+
 class _PinnedHTTPConnection(http.client.HTTPConnection):
-    """An HTTP connection to an already-checked address; Host stays the URL's name."""
+    """An HTTP connection to an already-checked address, within a deadline; Host stays the URL's name."""
 
-    def __init__(self, host, port, address, timeout):
-        super().__init__(host, port, timeout=timeout)
-        self._address = address
+    def __init__(self, host, port, address, deadline: _Deadline):
+        super().__init__(host, port)
+        self._address, self._deadline = address, deadline
 
-    def connect(self):
-        self.sock = _connect(self._address, self.port, self.timeout)
-
-
-class _PinnedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, host, port, address, timeout):
-        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
-        self._address = address
+    def _open(self) -> socket.socket:
+        return _connect(self._address, self.port, self._deadline.remaining())
 
     def connect(self):
-        sock = _connect(self._address, self.port, self.timeout)
+        self.sock = self._open()
+
+    def send(self, data):
+        if self.sock is not None:
+            # sendall's timeout bounds the whole call: give it what is left.
+            self.sock.settimeout(self._deadline.remaining())
+        super().send(data)
+
+    def response_class(self, sock, *args, **kwargs):
+        return http.client.HTTPResponse(_ResponseReader(sock, self._deadline, self.host), *args, **kwargs)
+
+
+class _PinnedHTTPSConnection(_PinnedHTTPConnection):
+    default_port = http.client.HTTPS_PORT
+
+    def connect(self):
+        sock = self._open()
+        sock.settimeout(self._deadline.remaining())  # the handshake's bound, in all
         # The certificate is checked against the URL's host name, not the IP.
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+        self.sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
 
 
-def _once(method, url, body, headers, policy, timeout, limit):
+def _once(method, url, body, headers, policy, deadline: _Deadline):
     scheme, host, port, path = _target(url)
     addresses = _checked_addresses(host, port, policy)
     cls = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection
     last_error = None
     for address in addresses:
-        conn = cls(host, port, address, timeout)
+        conn = cls(host, port, address, deadline)
         try:
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
             excerpt = resp.read(EXCERPT_BYTES).decode("utf-8", "replace")
             return resp.status, resp.getheader("Location"), excerpt
         except TimeoutError:
-            raise TransportError(f"timed out after {limit:g} s ({host})") from None
+            raise TransportError(f"timed out after {deadline.seconds:g} s ({host})") from None
         except ssl.SSLError as exc:
             raise TransportError(f"TLS error with {host}: {exc.reason or exc}") from None
         except (OSError, http.client.HTTPException) as exc:
@@ -181,18 +243,15 @@ def post(
     """POST ``body`` to ``url`` and return the final response (any status).
 
     Follows at most three redirects, each re-checked (307/308 repeat the POST,
-    301/302/303 become a GET as browsers do). Raise TransportError when the
-    target is refused or no response came back.
+    301/302/303 become a GET as browsers do). The whole of it, redirects
+    included, ends within ``timeout`` (default GPULSE_WEBHOOK_TIMEOUT) seconds.
+    Raise TransportError when the target is refused or no response came back.
     """
     policy = policy or AddressPolicy.from_settings()
-    timeout = min(timeout or getattr(settings, "GPULSE_WEBHOOK_TIMEOUT", MAX_TIMEOUT), MAX_TIMEOUT)
+    deadline = _Deadline(timeout or settings.GPULSE_WEBHOOK_TIMEOUT)
     method = "POST"
-    deadline = time.monotonic() + timeout
     for _hop in range(MAX_REDIRECTS + 1):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TransportError(f"timed out after {timeout:g} s (following redirects)")
-        status, location, excerpt = _once(method, url, body, headers, policy, remaining, timeout)
+        status, location, excerpt = _once(method, url, body, headers, policy, deadline)
         if status not in REDIRECT_CODES or not location:
             return Response(status=status, excerpt=excerpt, url=url)
         url = urljoin(url, location)

@@ -22,12 +22,12 @@ MAX_BACKOFF = 300.0
 
 
 def max_attempts() -> int:
-    return getattr(settings, "GPULSE_WEBHOOK_MAX_ATTEMPTS", 8)
+    return settings.GPULSE_WEBHOOK_MAX_ATTEMPTS
 
 
 def backoff(attempt: int) -> float:
     """Return the seconds to wait after failed attempt number ``attempt`` (1-based)."""
-    base = getattr(settings, "GPULSE_WEBHOOK_RETRY_BASE", 2.0)
+    base = settings.GPULSE_WEBHOOK_RETRY_BASE
     # Jitter keeps many deliveries that failed together from retrying together.
     return min(MAX_BACKOFF, base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
 
