@@ -16,13 +16,13 @@ import redis
 
 from collectors.probe import ProbeRunner
 from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
-from collectors.simulated import SimulatedFleet, parse_fault, parse_target, redis_fault_reader
+from collectors.simulated import SimulatedFleet, redis_fault_reader
 from collectors.sources import Source, SourceUnavailable
-from gpulse.keys import Keys
+from gpulse.faults import parse_fault, parse_target
+from gpulse.keys import DEFAULT_REDIS_URL, Keys
 
 log = logging.getLogger("gpulse.collector")
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 SOURCE_RETRY_MAX = 60.0  # s between attempts to open a source that is unavailable
 
 

@@ -13,6 +13,7 @@ sample() of 1,000 nodes × 8 GPUs costs milliseconds, not a second.
 
 Faults
 ------
+The fault names and their syntax are defined once in gpulse/faults.py.
 A fault applies to one GPU ("<node>/<gpu>") or to every GPU of a node ("<node>"):
 
 - ``hot``: cooling failure; the temperature climbs to about 94 °C within half
@@ -53,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
+from gpulse.faults import parse_fault, parse_target
 from gpulse.keys import Keys
 from gpulse.schema import GPU_METRIC_NAMES, SCHEMA_VERSION, THROTTLE_REASONS
 
@@ -89,9 +91,6 @@ MODELS = (
              25e9, None, True, 256 * GiB),
 )
 
-FAULTS = ("hot", "xid", "ecc", "lost", "dead", "clear")
-DEFAULT_XID = 48
-
 USERS = ("alice", "bob", "carol", "dmitri", "eun-ji", "farah", "gustavo", "hiro")
 # Memory the driver keeps on every GPU; a process's share excludes it.
 RESERVED_MEM = 512 * MiB
@@ -106,34 +105,6 @@ ECC_ERRORS_PER_SECOND = 0.1
 _BIT = {reason: 1 << i for i, reason in enumerate(THROTTLE_REASONS)}
 _THERMAL_HW_BITS = _BIT["hw_thermal_slowdown"] | _BIT["hw_slowdown"]
 _UUID_NAMESPACE = uuid.UUID("5f1c1a52-3a34-4c1b-9b87-6f0e2f61a7a1")
-
-
-def parse_target(text: str) -> tuple[str, int | None]:
-    """Return (node, gpu index or None) for "<node>" or "<node>/<gpu>"."""
-    node, sep, gpu = text.strip().partition("/")
-    if not node:
-        raise ValueError(f"fault target {text!r} has no node name")
-    if not sep:
-        return node, None
-    if not gpu.isdigit():
-        raise ValueError(f"fault target {text!r}: GPU must be an index like {node}/0")
-    return node, int(gpu)
-
-
-def parse_fault(text: str) -> tuple[str, int]:
-    """Return (fault name, Xid code or 0) for a fault name like "hot" or "xid:79"."""
-    name, sep, code = text.strip().lower().partition(":")
-    if name not in FAULTS:
-        raise ValueError(f"unknown fault {text!r} (known: {', '.join(FAULTS)}, xid:<code>)")
-    if name != "xid":
-        if sep:
-            raise ValueError(f"fault {name!r} takes no code")
-        return name, 0
-    if not sep:
-        return name, DEFAULT_XID
-    if not code.isdigit() or int(code) == 0:
-        raise ValueError(f"fault {text!r}: Xid code must be a positive number")
-    return name, int(code)
 
 
 class RedisFaultReader:

@@ -10,7 +10,6 @@ them as if they were), and a reading the GPU does not report is left out,
 never exported as 0. Node status is always exported.
 """
 
-import hmac
 import logging
 
 import redis
@@ -19,12 +18,12 @@ from django.contrib.auth.decorators import login_not_required
 from django.db import DatabaseError
 from django.db.models import Count
 from django.http import HttpResponse
-from django.urls import reverse
 from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
+from dashboard.accounts.metrics_token import presents_metrics_token
 from dashboard.alerts.evaluate import firing_count
 from dashboard.alerts.models import STATUSES, Transition
 from dashboard.benchmarks.models import BenchmarkJob, JobStatus
@@ -158,20 +157,6 @@ class ClusterCollector:
         yield from node_families(nodes)
         yield from benchmark_families()
         yield from alert_families()
-
-
-def presents_metrics_token(request) -> bool:
-    """Return whether the request is for /metrics with ``Authorization: Bearer <GPULSE_METRICS_TOKEN>``.
-
-    The API-token middleware lets such a request through to the view instead
-    of looking the token up as a user's API token.
-    """
-    token = settings.GPULSE_METRICS_TOKEN
-    if not token or request.path != reverse("metrics"):
-        return False
-    scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
-    # Constant time: how much of a guess matches must not show in the response time.
-    return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode(), token.encode())
 
 
 @login_not_required  # Prometheus has no session: the view checks the token itself

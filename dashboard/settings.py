@@ -7,6 +7,7 @@ import plotly
 
 from dashboard import production
 from dashboard.env import env_bool, env_float, env_int, env_list, env_str
+from gpulse.keys import DEFAULT_PREFIX, DEFAULT_REDIS_URL, Keys
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -28,6 +29,7 @@ INSTALLED_APPS = [
     "dashboard.live",
     "dashboard.benchmarks",
     "dashboard.alerts",
+    "dashboard.simulator",
 ]
 
 MIDDLEWARE = [
@@ -99,15 +101,16 @@ STATICFILES_DIRS = [
 ]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-REDIS_URL = env_str("REDIS_URL") or "redis://127.0.0.1:6379/0"
-GPULSE_REDIS_PREFIX = env_str("GPULSE_REDIS_PREFIX", "gpulse:")
+REDIS_URL = env_str("REDIS_URL") or DEFAULT_REDIS_URL
+GPULSE_REDIS_PREFIX = env_str("GPULSE_REDIS_PREFIX", DEFAULT_PREFIX)
+_redis_keys = Keys(GPULSE_REDIS_PREFIX)
 
 # Shared by every web process: login throttling counts failures here.
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": f"{GPULSE_REDIS_PREFIX}cache",
+        "KEY_PREFIX": _redis_keys.cache_prefix,
     }
 }
 GPULSE_LOGIN_FAILURES_PER_USER = 5
@@ -119,7 +122,7 @@ GPULSE_LOGIN_LOCKOUT_SECONDS = 900
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{GPULSE_REDIS_PREFIX}asgi"},
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": _redis_keys.channels_prefix},
     }
 }
 

@@ -3,6 +3,8 @@
 import os
 
 DEFAULT_PREFIX = "gpulse:"
+# Where every gpulse process looks for Redis when REDIS_URL is not set.
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 class Keys:
@@ -29,6 +31,14 @@ class Keys:
     def job_events(self, job_id) -> str:
         return f"{self.prefix}job:{job_id}:events"
 
+    def job_cancel(self, job_id) -> str:
+        """Set while the job is being cancelled; its node tasks poll it between sizes."""
+        return f"{self.prefix}job:{job_id}:cancel"
+
+    def job_claim(self, job_id, node: str) -> str:
+        """Set by the first delivery of a node's task, so a redelivery does not start a second copy."""
+        return f"{self.prefix}job:{job_id}:claimed:{node}"
+
     @property
     def known_nodes(self) -> str:
         """Hash node -> {"ts", "interval"} of its last sample: remembers down nodes."""
@@ -50,6 +60,21 @@ class Keys:
     @property
     def simulator_faults(self) -> str:
         return f"{self.prefix}simulator:faults"
+
+    @property
+    def cache_prefix(self) -> str:
+        """Prefix of Django's cache keys."""
+        return f"{self.prefix}cache"
+
+    @property
+    def channels_prefix(self) -> str:
+        """Prefix of the Channels layer's keys and pub/sub channels."""
+        return f"{self.prefix}asgi"
+
+    @property
+    def celery_prefix(self) -> str:
+        """Prefix of Celery's queues and bookkeeping keys."""
+        return f"{self.prefix}celery:"
 
 
 # Consumer group of the ingest process on the telemetry stream.

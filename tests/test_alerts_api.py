@@ -10,6 +10,8 @@ from django.utils import timezone
 
 from dashboard.accounts.models import ApiToken
 from dashboard.alerts.models import Rule, Silence, WebhookEndpoint
+from collectors.simulated import parse_fault
+from gpulse.faults import FAULTS, NODE_FAULTS
 from gpulse.keys import Keys
 
 pytestmark = pytest.mark.django_db
@@ -198,6 +200,15 @@ def test_a_bad_fault_is_a_400(admin, faults, body, message):
     response = post(admin, "/api/v1/simulator/faults", body)
     assert response.status_code == 400 and response.json()["error"].startswith(message)
     assert faults() == {}
+
+
+@pytest.mark.parametrize("fault", [*FAULTS, "xid:79", "XID:13"])
+def test_every_fault_the_collector_knows_can_be_injected(admin, faults, fault):
+    gpu = None if fault in NODE_FAULTS else 1
+    response = post(admin, "/api/v1/simulator/faults", {"node": "sim-01", "gpu": gpu, "fault": fault})
+    assert response.status_code == 200, response.json()
+    stored = faults().get("sim-01" if gpu is None else "sim-01/1")
+    assert stored is None if fault == "clear" else parse_fault(stored) == parse_fault(fault)
 
 
 def test_faults_are_for_staff_only(operator, faults):

@@ -10,7 +10,7 @@ import os
 from celery import Celery
 from kombu import Queue
 
-from gpulse.keys import Keys
+from gpulse.keys import DEFAULT_REDIS_URL, Keys
 
 CONTROL_QUEUE = "control"
 
@@ -25,7 +25,7 @@ def node_queue(node: str) -> str:
 VISIBILITY_TIMEOUT = 3600
 BENCHMARK_HARD_LIMIT = 1800
 
-app = Celery("gpulse", broker=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+app = Celery("gpulse", broker=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
 app.conf.update(
     task_default_queue=CONTROL_QUEUE,
     task_queues=[Queue(CONTROL_QUEUE)],
@@ -36,7 +36,7 @@ app.conf.update(
     task_soft_time_limit=BENCHMARK_HARD_LIMIT - 60,
     broker_transport_options={
         "visibility_timeout": VISIBILITY_TIMEOUT,
-        "global_keyprefix": Keys().prefix + "celery:",
+        "global_keyprefix": Keys().celery_prefix,
     },
     broker_connection_retry_on_startup=True,
     task_serializer="json",

@@ -17,10 +17,6 @@ from gpulse.keys import JOB_EVENTS_MAXLEN, Keys
 EVENTS_TTL = 86400
 
 
-def job_cancel_key(keys: Keys, job_id) -> str:
-    return f"{keys.prefix}job:{job_id}:cancel"
-
-
 def emit(client: redis.Redis, keys: Keys, job_id, event: dict) -> None:
     stream = keys.job_events(job_id)
     pipe = client.pipeline(transaction=False)

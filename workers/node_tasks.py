@@ -1,15 +1,13 @@
 """Tasks a GPU node's worker runs: its ranks of a benchmark job. No database."""
 
 import logging
-import os
-
-import redis
 
 from gpulse.keys import Keys
 from workers import job_events
 from workers.allreduce import SweepSpec
 from workers.celery_app import BENCHMARK_HARD_LIMIT, app
 from workers.launcher import run_node
+from workers.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -23,15 +21,14 @@ log = logging.getLogger(__name__)
 def run_benchmark_node(job_id: int, node: str, spec: dict) -> str:
     """Run this node's ranks of job ``job_id`` and report on its events stream."""
     keys = Keys()
-    client = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    client = redis_client()
     # A redelivered task (worker restarted before acknowledging) must not start
     # a second copy of the same ranks: the first delivery claims the node.
-    claim = f"{keys.prefix}job:{job_id}:claimed:{node}"
-    if not client.set(claim, 1, nx=True, ex=job_events.EVENTS_TTL):
+    if not client.set(keys.job_claim(job_id, node), 1, nx=True, ex=job_events.EVENTS_TTL):
         log.warning("job %s on %s was already started; ignoring the redelivery", job_id, node)
         return "duplicate"
     sweep = SweepSpec.from_dict(spec)
-    cancel_key = job_events.job_cancel_key(keys, job_id)
+    cancel_key = keys.job_cancel(job_id)
 
     def on_row(row):
         job_events.emit(client, keys, job_id, {"kind": "row", "row": row.to_dict()})

@@ -2,8 +2,8 @@ from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLogi
 from django.http import JsonResponse
 from django.utils import timezone
 
+from dashboard.accounts.metrics_token import presents_metrics_token
 from dashboard.accounts.models import ApiToken, hash_token
-from dashboard.metrics import presents_metrics_token
 
 
 class BearerTokenMiddleware:

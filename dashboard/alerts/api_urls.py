@@ -12,5 +12,4 @@ urlpatterns = [
     path("silences", api.silence_list, name="api-silences"),
     path("silences/<int:pk>", api.silence_detail, name="api-silence"),
     path("alerts", api.alert_list, name="api-alerts"),
-    path("simulator/faults", api.simulator_faults, name="api-simulator-faults"),
 ]

@@ -5,8 +5,8 @@ state rather than resolving on missing data.
 """
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dashboard.alerts.models import Rule, is_gpu_metric
 from dashboard.live.state import DOWN, STALE

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
@@ -46,7 +46,7 @@ def firing_count() -> int:
 
 
 def _dt(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
+    return datetime.fromtimestamp(ts, tz=UTC)
 
 
 def _enqueue_dispatch(transition_ids: list[int]) -> None:

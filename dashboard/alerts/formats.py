@@ -2,7 +2,7 @@
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import orjson
 from django.conf import settings
@@ -72,7 +72,7 @@ class Event:
 
     @classmethod
     def test(cls, now: datetime | None = None) -> "Event":
-        now = now or datetime.now(timezone.utc)
+        now = now or datetime.now(UTC)
         return cls(
             event_id=uuid.uuid4(),
             kind="test",
@@ -94,7 +94,7 @@ class Event:
 def rfc3339(moment: datetime | None) -> str:
     if moment is None:
         return ZERO_TIME
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def external_url() -> str:

@@ -8,7 +8,6 @@ from django import forms
 from django.utils import timezone
 
 from dashboard.alerts.models import Rule, Silence, WebhookEndpoint, is_gpu_metric
-from dashboard.alerts.simulator import FAULT, NODE_NAME
 
 MAX_FOR_SECONDS = 7 * 24 * 3600
 NODE_GLOB = re.compile(r"^[A-Za-z0-9_.:\-*?\[\]!]*$")
@@ -127,20 +126,3 @@ class SilenceForm(forms.ModelForm):
         if commit:
             silence.save()
         return silence
-
-
-class FaultForm(forms.Form):
-    node = forms.RegexField(regex=NODE_NAME, max_length=200, error_messages={"invalid": "a node name, without /"})
-    gpu = forms.IntegerField(min_value=0, max_value=1023, required=False)
-    fault = forms.RegexField(
-        regex=FAULT,
-        max_length=20,
-        help_text="hot, xid (or xid:<code>), ecc, lost, dead (whole node) or clear",
-        error_messages={"invalid": "one of hot, xid, xid:<code>, ecc, lost, dead, clear"},
-    )
-
-    def clean(self):
-        data = super().clean()
-        if data.get("fault") == "dead" and data.get("gpu") is not None:
-            self.add_error("gpu", "'dead' stops a whole node; leave the GPU empty")
-        return data

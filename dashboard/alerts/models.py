@@ -10,7 +10,6 @@ import fnmatch
 import hashlib
 import secrets
 import uuid
-
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError

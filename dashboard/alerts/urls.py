@@ -15,5 +15,4 @@ urlpatterns = [
     path("webhooks/<int:pk>/", views.webhook_edit, name="webhook"),
     path("webhooks/<int:pk>/delete", views.webhook_delete, name="webhook_delete"),
     path("webhooks/<int:pk>/test", views.webhook_send_test, name="webhook_test"),
-    path("simulator/", views.simulator_panel, name="simulator"),
 ]

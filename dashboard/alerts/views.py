@@ -1,19 +1,25 @@
-"""HTML pages: alerts, rules, webhooks (with test-send and delivery log), simulator."""
+"""HTML pages: alerts, rules, webhooks (with test-send and delivery log)."""
 
-import redis
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from dashboard.accounts.audit import audit
-from dashboard.alerts import delivery, simulator
+from dashboard.alerts import delivery
 from dashboard.alerts.access import RULES, SILENCES, WEBHOOKS
 from dashboard.alerts.formats import Event
-from dashboard.alerts.forms import FaultForm
-from dashboard.alerts.models import FIRING, PENDING, RESOLVED, Alert, DeliveryAttempt, Silence, Transition, WebhookEndpoint
+from dashboard.alerts.models import (
+    FIRING,
+    PENDING,
+    RESOLVED,
+    Alert,
+    DeliveryAttempt,
+    Silence,
+    Transition,
+    WebhookEndpoint,
+)
 from dashboard.alerts.pages import ModelPages, require
 
 HISTORY_ROWS = 100
@@ -121,28 +127,3 @@ def webhook_send_test(request, pk):
     else:
         messages.error(request, f"Test failed: {logged.error}")
     return redirect("alerts:webhook", pk=endpoint.pk)
-
-
-def simulator_panel(request):
-    if not request.user.is_staff:
-        raise PermissionDenied("the simulator panel is for staff users")
-    form = FaultForm()
-    if request.method == "POST":
-        form = FaultForm(request.POST)
-        if form.is_valid():
-            node, gpu, fault = (form.cleaned_data[k] for k in ("node", "gpu", "fault"))
-            target = node if gpu is None else f"{node} GPU {gpu}"
-            try:
-                simulator.set_fault(node, gpu, fault)
-            except redis.RedisError as exc:
-                messages.error(request, f"Redis is unreachable, the fault was not set: {exc}")
-            else:
-                audit(request, "simulator.fault", node if gpu is None else f"{node}/{gpu}", fault=fault)
-                messages.success(request, f"{target}: {'faults cleared' if fault == 'clear' else fault + ' injected'}.")
-            return redirect("alerts:simulator")
-    try:
-        faults = sorted(simulator.active_faults().items())
-    except redis.RedisError as exc:
-        faults = []
-        messages.error(request, f"Redis is unreachable: {exc}")
-    return render(request, "alerts/simulator.html", {"form": form, "faults": faults})

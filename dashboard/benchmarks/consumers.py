@@ -7,7 +7,7 @@ import orjson
 import redis
 
 from dashboard.live.consumers import FollowingConsumer
-from dashboard.live.redis_async import get_client
+from dashboard.redis_client import async_redis_client
 from gpulse.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ class JobConsumer(FollowingConsumer):
             try:
                 # Block for less than the client's 5 s socket timeout, or a quiet
                 # queued job would end the follow with a timeout error.
-                reply = await get_client().xread({stream: after}, block=2000, count=1000)
+                reply = await async_redis_client().xread({stream: after}, block=2000, count=1000)
             except redis.RedisError as exc:
                 log.warning("job events unreadable, retrying: %s", exc)
                 await asyncio.sleep(1)

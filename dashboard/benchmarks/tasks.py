@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from dashboard.benchmarks.models import BenchmarkJob, JobStatus
 from dashboard.benchmarks.rendezvous import choose_rendezvous
-from dashboard.live.cluster import redis_client
+from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
 from workers import job_events
 from workers.allreduce import Row
@@ -128,7 +128,7 @@ def finish(job: BenchmarkJob, status: str, reason: str) -> str:
     client = redis_client()
     keys = Keys()
     # Stop ranks that may still run on other nodes (a peer failed, or time ran out).
-    client.set(job_events.job_cancel_key(keys, job.pk), 1, ex=job_events.EVENTS_TTL)
+    client.set(keys.job_cancel(job.pk), 1, ex=job_events.EVENTS_TTL)
     if ended:
         job_events.emit(client, keys, job.pk, {"kind": "final", "status": status, "reason": reason})
         log.info("benchmark job %s %s %s", job.pk, status, reason)

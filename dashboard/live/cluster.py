@@ -3,20 +3,10 @@
 import time
 
 import orjson
-import redis
-from django.conf import settings
 
 from dashboard.live.state import DOWN, node_status
+from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
-
-_client = None
-
-
-def redis_client() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
-    return _client
 
 
 def node_view(name: str, raw: bytes | None, seen: dict | None, now: float) -> dict:

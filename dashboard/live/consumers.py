@@ -8,8 +8,8 @@ import orjson
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from dashboard.live.publish import CLUSTER_GROUP
-from dashboard.live.redis_async import get_client
 from dashboard.live.state import DOWN, node_status
+from dashboard.redis_client import async_redis_client
 from gpulse.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class ClusterConsumer(AuthenticatedConsumer):
         # Joined before reading the snapshot: a delta that overtakes it carries a
         # seq the browser compares, so nothing between the two is lost.
         try:
-            snapshot = await get_client().get(Keys().snapshot)
+            snapshot = await async_redis_client().get(Keys().snapshot)
         except Exception as exc:
             log.warning("no snapshot for a new browser: %s", exc)
             snapshot = None
@@ -79,7 +79,7 @@ class NodeConsumer(FollowingConsumer):
         last = None
         while True:
             try:
-                raw = await get_client().get(keys.node(self.node))
+                raw = await async_redis_client().get(keys.node(self.node))
                 message = self.describe(raw)
             except Exception as exc:
                 message = {"type": "node", "node": self.node, "status": "unknown", "error": f"Redis unreachable: {exc}"}

@@ -6,7 +6,7 @@ import orjson
 from django.conf import settings
 from django.db import connection
 
-from dashboard.live.cluster import redis_client
+from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
 
 

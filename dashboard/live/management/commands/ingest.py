@@ -1,14 +1,14 @@
 import logging
 import signal
 
-import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.live.ingest import Ingest
 from dashboard.live.publish import FramePublisher
-from dashboard.live.summary import cluster_summary
+from dashboard.redis_client import redis_client
+from dashboard.summary import cluster_summary
 
 log = logging.getLogger("gpulse.ingest")
 
@@ -24,10 +24,9 @@ class Command(BaseCommand):
         stopping = []
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stopping.append(True))
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
         publisher = FramePublisher()
         ingest = Ingest(
-            client,
+            redis_client(),
             publisher.publish,
             tick=tick,
             evaluator=AlertEvaluator(),

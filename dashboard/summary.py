@@ -1,4 +1,8 @@
-"""Cluster-wide counters the overview header shows next to the GPU numbers."""
+"""Cluster-wide counters the overview header shows next to the GPU numbers.
+
+Ingest puts them into every frame. They come from the alerts and benchmarks
+apps, so they are composed here, outside the live app, which knows neither.
+"""
 
 import logging
 import time

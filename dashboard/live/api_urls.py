@@ -1,0 +1,10 @@
+"""JSON routes, mounted by the project under "api/v1/"."""
+
+from django.urls import path
+
+from dashboard.live import api
+
+urlpatterns = [
+    path("cluster", api.cluster, name="api-cluster"),
+    path("nodes/<str:name>", api.node, name="api-node"),
+]

@@ -1,0 +1,32 @@
+"""The fault form, shared by the page and the JSON API so both validate the same way."""
+
+from django import forms
+
+from gpulse.faults import NODE_FAULTS, SPELLINGS, parse_fault
+
+# A node name is the whole target: "/" would name a GPU, and whitespace no node.
+NODE_NAME = r"^[^/\s]+$"
+
+
+class FaultForm(forms.Form):
+    node = forms.RegexField(regex=NODE_NAME, max_length=200, error_messages={"invalid": "a node name, without /"})
+    gpu = forms.IntegerField(min_value=0, max_value=1023, required=False)
+    fault = forms.CharField(
+        max_length=20,
+        help_text="hot, xid (or xid:<code>), ecc, lost, dead (whole node) or clear",
+    )
+
+    def clean_fault(self) -> str:
+        text = self.cleaned_data["fault"].strip().lower()
+        try:
+            parse_fault(text)
+        except ValueError:
+            raise forms.ValidationError(f"one of {SPELLINGS}") from None
+        return text
+
+    def clean(self):
+        data = super().clean()
+        fault = data.get("fault")
+        if fault in NODE_FAULTS and data.get("gpu") is not None:
+            self.add_error("gpu", f"'{fault}' stops a whole node; leave the GPU empty")
+        return data
