@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard.accounts.models import ApiToken
 from dashboard.metrics import EXPORTED_NAMES
+from devtools.redis_server import free_port
 from gpulse import schema
 from gpulse.keys import Keys
-from gpulse.redis_server import free_port
 from tests.samples import gpu, sample
 
 ROOT = Path(__file__).resolve().parent.parent
