@@ -9,7 +9,7 @@ from dashboard.alerts.delivery import signature
 from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.alerts.models import DeliveryAttempt, Rule, WebhookEndpoint
 from gpulse.keys import Keys
-from dashboard.live.state import UP
+from gpulse.status import UP
 from tests.test_alerts_evaluate import T0, cluster, gpu
 from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 

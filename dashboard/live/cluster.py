@@ -6,8 +6,8 @@ import orjson
 import redis
 from django.conf import settings
 
-from dashboard.live.state import DOWN, node_status
 from gpulse.keys import Keys
+from gpulse.status import DOWN, node_status
 
 _client = None
 

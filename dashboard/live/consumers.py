@@ -9,8 +9,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from dashboard.live.publish import CLUSTER_GROUP
 from dashboard.live.redis_async import get_client
-from dashboard.live.state import DOWN, node_status
 from gpulse.keys import Keys
+from gpulse.status import DOWN, node_status
 
 log = logging.getLogger(__name__)
 
