@@ -1,35 +1,58 @@
-# One image for every gpulse process: web, ingest, control worker, collector, node worker.
+# Two images from one Dockerfile, two targets:
+#   node     the collector and the node worker on GPU nodes: requirements-node.txt
+#            only (no Django), and only collectors/, workers/ and gpulse/.
+#   control  web, ingest and the control worker: the node image plus
+#            requirements.txt and the whole app (the default target).
 #
-# TORCH_VARIANT chooses the torch==2.13.0 build (requirements.txt pins the version):
+# TORCH_VARIANT chooses the torch==2.13.0 build (requirements-node.txt pins the version):
 #   cpu    (default) control-host images: nothing there runs CUDA, and the CPU wheel
 #          is a fraction of the size.
 #   cu128  (or another CUDA variant the node's driver supports) GPU-node images:
 #          the node worker runs NCCL all-reduce ranks on the GPUs.
-#   docker build --build-arg TORCH_VARIANT=cu128 -t gpulse:node .
-FROM python:3.11-slim
+#   docker build --target node --build-arg TORCH_VARIANT=cu128 -t gpulse:node .
+#   docker build --target control -t gpulse:control .
+FROM python:3.11-slim AS node
 
 ARG TORCH_VARIANT=cpu
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    DJANGO_SETTINGS_MODULE=dashboard.settings
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
 
 # Dependencies first, so a code change does not reinstall them. The extra index
 # offers torch 2.13.0+<variant>, which pip prefers to PyPI's 2.13.0 of the same pin.
+COPY requirements-node.txt .
+RUN pip install --extra-index-url "https://download.pytorch.org/whl/${TORCH_VARIANT}" -r requirements-node.txt \
+    && groupadd --system --gid 10001 gpulse \
+    && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/gpulse --shell /usr/sbin/nologin gpulse
+
+# The code stays owned by root, read-only to the app.
+COPY collectors collectors
+COPY workers workers
+COPY gpulse gpulse
+
+# Numeric, so Kubernetes' runAsNonRoot can verify it.
+USER 10001:10001
+
+CMD ["python", "-m", "collectors", "--source", "nvml"]
+
+
+FROM node AS control
+
+ARG TORCH_VARIANT=cpu
+USER root
+ENV DJANGO_SETTINGS_MODULE=dashboard.settings
+
 COPY requirements.txt .
 RUN pip install --extra-index-url "https://download.pytorch.org/whl/${TORCH_VARIANT}" -r requirements.txt
 
 COPY . .
-# Static files are collected into the image; the code stays owned by root, read-only to the app.
-RUN python manage.py collectstatic --noinput --verbosity 0 \
-    && groupadd --system --gid 10001 gpulse \
-    && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/gpulse --shell /usr/sbin/nologin gpulse
+# Static files are collected into the image.
+RUN python manage.py collectstatic --noinput --verbosity 0
 
-# Numeric, so Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
 EXPOSE 8000
 

@@ -8,14 +8,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint browser clean
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt
+$(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt -c constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m gpulse.demo
+	$(PY) -m devtools.demo
 
 # Playwright drives Debian's chromium: the browser downloads of `playwright
 # install` are not reachable from many clusters.

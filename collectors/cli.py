@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import redis
 
+from collectors.arguments import positive_float, positive_int
 from collectors.probe import ProbeRunner
 from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
 from collectors.simulated import SimulatedFleet, redis_fault_reader
@@ -38,46 +39,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="dcgm-exporter endpoint for --source dcgm (default: %(default)s)")
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
                         help="Redis to write to (default: $REDIS_URL, else %(default)s)")
-    parser.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between samples (default 1)")
+    parser.add_argument("--interval", type=positive_float, default=1.0, help="seconds between samples (default 1)")
     parser.add_argument("--node-name",
                         help="node name (default: the hostname for nvml; the exporter's Hostname label for dcgm)")
-    parser.add_argument("--nodes", type=_positive_int, default=4, help="simulated nodes (default 4)")
-    parser.add_argument("--gpus-per-node", type=_positive_int, default=8, help="simulated GPUs per node (default 8)")
+    parser.add_argument("--nodes", type=positive_int, default=4, help="simulated nodes (default 4)")
+    parser.add_argument("--gpus-per-node", type=positive_int, default=8, help="simulated GPUs per node (default 8)")
     parser.add_argument("--seed", type=int, help="random seed of the simulated fleet, for repeatable runs")
     parser.add_argument("--name-prefix", default="sim-",
                         help="simulated node names are PREFIX01, PREFIX02, ...; give each of several simulated "
                              "collectors its own prefix so their nodes stay apart (default %(default)s)")
     parser.add_argument("--fault", action="append", default=[], metavar="NODE[/GPU]=FAULT",
                         help="inject a fault into the simulated fleet: hot, xid[:CODE], ecc, lost, dead (repeatable)")
-    parser.add_argument("--buffer-size", type=_positive_int, default=DEFAULT_BUFFER_SIZE,
+    parser.add_argument("--buffer-size", type=positive_int, default=DEFAULT_BUFFER_SIZE,
                         help="samples kept while Redis is unreachable (default %(default)s)")
     parser.add_argument("--probe-interval", type=float, default=600.0,
                         help="seconds between NCCL bandwidth probes of each node (default 600; 0 disables)")
-    parser.add_argument("--probe-max-bytes", type=_positive_int, default=16 << 20,
+    parser.add_argument("--probe-max-bytes", type=positive_int, default=16 << 20,
                         help="largest all-reduce message of a probe, in bytes (default 16 MiB)")
     parser.add_argument("--once", action="store_true", help="take one sample per node, publish it and exit")
     parser.add_argument("--stdout", action="store_true", help="print JSON lines instead of writing to Redis")
     return parser
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
 
 
 def _parse_faults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, int | None, str]]:

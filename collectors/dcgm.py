@@ -18,7 +18,8 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.sources import SourceUnavailable
-from gpulse.schema import GPU_METRIC_NAMES, SCHEMA_VERSION, THROTTLE_REASONS
+from gpulse.schema import GPU_METRIC_NAMES, SCHEMA_VERSION
+from gpulse.throttle import throttle_reasons
 
 MIB = 1024 * 1024
 KIB = 1024
@@ -67,11 +68,10 @@ FIELDS = {
 FB_TOTAL, FB_USED, FB_FREE, FB_RESERVED = (
     "DCGM_FI_DEV_FB_TOTAL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
 )
-# NVML's clock event reasons bitmask (DCGM renamed the field in 3.3); THROTTLE_REASONS is in bit order.
+# NVML's clock event reasons bitmask (DCGM renamed the field in 3.3).
 THROTTLE_FIELDS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
-_THROTTLE_BITS = tuple((1 << bit, reason) for bit, reason in enumerate(THROTTLE_REASONS))
 _WANTED = (
     {dcgm for choices in FIELDS.values() for dcgm, _ in choices}
     | {FB_TOTAL, FB_USED, FB_FREE, FB_RESERVED, XID_FIELD}
@@ -128,8 +128,7 @@ def _mem_total(values: dict) -> int | None:
 def _throttle(values: dict) -> list[str] | None:
     for field in THROTTLE_FIELDS:
         if field in values:
-            mask = int(values[field])
-            return [reason for bit, reason in _THROTTLE_BITS if mask & bit]
+            return throttle_reasons(int(values[field]))
     return None
 
 

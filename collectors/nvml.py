@@ -19,7 +19,8 @@ import psutil
 import pynvml
 
 from collectors.sources import SourceUnavailable
-from gpulse.schema import GPU_METRIC_NAMES, SCHEMA_VERSION, THROTTLE_REASONS
+from gpulse.schema import GPU_METRIC_NAMES, SCHEMA_VERSION
+from gpulse.throttle import throttle_reasons
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +28,6 @@ KIB = 1024
 MAX_READ_TIMEOUT = 5.0  # s; longer intervals still notice a hung GPU within this
 MAX_XIDS_PER_READ = 64  # an event storm cannot keep a reader draining forever
 TIMED_OUT = "NVML read timed out"
-
-# THROTTLE_REASONS is in NVML's bit order: reason i is bit 1 << i.
-_THROTTLE_BITS = tuple((1 << bit, reason) for bit, reason in enumerate(THROTTLE_REASONS))
 
 # NVML itself is gone: nothing can be read until it is initialised again.
 _NVML_GONE = (
@@ -235,7 +233,7 @@ class _Gpu:
             "mem_clock": nvml_query(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM),
             # fan.speed (%); not supported on passively cooled boards
             "fan": nvml_query(pynvml.nvmlDeviceGetFanSpeed, handle),
-            "throttle": None if reasons is None else [name for bit, name in _THROTTLE_BITS if reasons & bit],
+            "throttle": None if reasons is None else throttle_reasons(reasons),
             # ecc.errors.uncorrected.volatile.total; not supported with ECC off
             "ecc_uncorrected": nvml_query(
                 pynvml.nvmlDeviceGetTotalEccErrors, handle,

@@ -1,4 +1,4 @@
-"""Where samples go: Redis (the contract in DESIGN.md) or standard output."""
+"""Where samples go: Redis (the contract in docs/ARCHITECTURE.md) or standard output."""
 
 import logging
 import sys

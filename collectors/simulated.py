@@ -56,7 +56,8 @@ import redis
 
 from gpulse.faults import parse_fault, parse_target
 from gpulse.keys import Keys
-from gpulse.schema import GPU_METRIC_NAMES, SCHEMA_VERSION, THROTTLE_REASONS
+from gpulse.schema import GPU_METRIC_NAMES, SCHEMA_VERSION
+from gpulse.throttle import REASON_BITS, throttle_reasons
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +103,7 @@ SW_THERMAL_TEMP = 85.0
 HW_THERMAL_TEMP = 90.0
 ECC_ERRORS_PER_SECOND = 0.1
 
-_BIT = {reason: 1 << i for i, reason in enumerate(THROTTLE_REASONS)}
-_THERMAL_HW_BITS = _BIT["hw_thermal_slowdown"] | _BIT["hw_slowdown"]
+_THERMAL_HW_BITS = REASON_BITS["hw_thermal_slowdown"] | REASON_BITS["hw_slowdown"]
 _UUID_NAMESPACE = uuid.UUID("5f1c1a52-3a34-4c1b-9b87-6f0e2f61a7a1")
 
 
@@ -414,9 +414,9 @@ class SimulatedFleet:
         clock = np.floor(clock / 15.0) * 15.0
         power = np.maximum(power * thermal_factor, np.minimum(power, self._idle_power))
 
-        throttle = (np.where(~active, _BIT["gpu_idle"], 0)
-                    | np.where(capped & active, _BIT["sw_power_cap"], 0)
-                    | np.where(sw_thermal, _BIT["sw_thermal_slowdown"], 0)
+        throttle = (np.where(~active, REASON_BITS["gpu_idle"], 0)
+                    | np.where(capped & active, REASON_BITS["sw_power_cap"], 0)
+                    | np.where(sw_thermal, REASON_BITS["sw_thermal_slowdown"], 0)
                     | np.where(hw_thermal, _THERMAL_HW_BITS, 0))
 
         jitter = rng.uniform(0.85, 1.15, (4, *shape))
@@ -513,7 +513,7 @@ class _ThrottleNames(dict):
     """Mask → reason names, built on first use of each mask (a handful ever occur)."""
 
     def __missing__(self, mask: int) -> tuple[str, ...]:
-        names = tuple(reason for reason, bit in _BIT.items() if mask & bit)
+        names = tuple(throttle_reasons(mask))
         self[mask] = names
         return names
 

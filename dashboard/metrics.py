@@ -28,13 +28,13 @@ from dashboard.alerts.evaluate import firing_count
 from dashboard.alerts.models import STATUSES, Transition
 from dashboard.benchmarks.models import BenchmarkJob, JobStatus
 from dashboard.live.cluster import read_cluster
-from dashboard.live.state import DOWN, STALE, UP
-from gpulse.schema import GPU_METRICS, THROTTLE_REASONS
+from gpulse.schema import GPU_METRICS
+from gpulse.status import NODE_STATUSES, UP
+from gpulse.throttle import THROTTLE_REASONS
 
 log = logging.getLogger(__name__)
 
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
-NODE_STATUSES = (UP, STALE, DOWN)
 # Node sets whose latest busbw is exported: bounds the series a scrape carries.
 BUSBW_JOBS_SCANNED = 200
 

@@ -1,4 +1,4 @@
-"""The Redis contract: every key gpulse reads or writes (see DESIGN.md)."""
+"""The Redis contract: every key gpulse reads or writes (see docs/ARCHITECTURE.md)."""
 
 import os
 
@@ -95,7 +95,7 @@ RECENT_POINTS = 900
 def node_ttl(interval: float) -> int:
     """Seconds a node's latest key lives: about three intervals, at least 3 s.
 
-    Its expiry is how a dead node is noticed (DESIGN.md), so it must outlast
+    Its expiry is how a dead node is noticed (docs/ARCHITECTURE.md), so it must outlast
     ordinary jitter but not much more.
     """
     return max(3, round(3 * interval))

@@ -39,20 +39,6 @@ GPU_METRICS = (
 )
 GPU_METRIC_NAMES = tuple(m.name for m in GPU_METRICS)
 
-# Throttle reasons as reported in samples, in NVML's bit order.
-THROTTLE_REASONS = (
-    "gpu_idle",
-    "applications_clocks_setting",
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "display_clock_setting",
-)
-
-
 class MalformedSample(ValueError):
     """A stream entry that is not a valid version-1 sample; the message says why."""
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
-from dashboard.loadtest.browser import CHROMIUM as BROWSER_BINARY
-from dashboard.loadtest.browser import CHROMIUM_ARGS, VIEWPORT
+from devtools.loadtest.browser import CHROMIUM as BROWSER_BINARY
+from devtools.loadtest.browser import CHROMIUM_ARGS, VIEWPORT
 
 CHROMIUM = Path(BROWSER_BINARY)
 

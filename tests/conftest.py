@@ -3,7 +3,7 @@
 import pytest
 import redis
 
-from gpulse.redis_server import EmbeddedRedis
+from devtools.redis_server import EmbeddedRedis
 from tests import redis_session
 
 # Headless Chromium and the whole running system, for the browser tests.

@@ -11,9 +11,9 @@ import orjson
 import pytest
 import redis
 
+from devtools.redis_server import free_port
+from devtools.stack import Stack
 from gpulse.keys import Keys
-from gpulse.redis_server import free_port
-from gpulse.stack import Stack
 
 SIM_NODES = 4
 SIM_GPUS = 8

@@ -4,7 +4,7 @@ REDIS_URL for the settings, the channel layer and Celery alike."""
 
 import os
 
-from gpulse.redis_server import EmbeddedRedis
+from devtools.redis_server import EmbeddedRedis
 
 server = EmbeddedRedis().start()
 os.environ["REDIS_URL"] = server.url

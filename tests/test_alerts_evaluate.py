@@ -6,7 +6,8 @@ import pytest
 
 from dashboard.alerts.evaluate import AlertEvaluator, firing_count
 from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition
-from dashboard.live.state import DOWN, STALE, UP, ClusterState, NodeState
+from dashboard.live.state import ClusterState, NodeState
+from gpulse.status import DOWN, STALE, UP
 
 T0 = 1_764_000_000.0
 

@@ -13,7 +13,7 @@ from dashboard.alerts.delivery import signature
 from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.alerts.models import DeliveryAttempt, Rule, Silence, WebhookEndpoint
 from gpulse.keys import Keys
-from dashboard.live.state import UP
+from gpulse.status import UP
 from tests.test_alerts_evaluate import T0, cluster, gpu
 from tests.test_webhook_deadline import DEADLINE, SLACK, misbehaving  # noqa: F401  (fixture)
 from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.redis_server import EmbeddedRedis
 from gpulse.keys import Keys
-from gpulse.redis_server import EmbeddedRedis
 from gpulse.schema import parse
 
 ROOT = Path(__file__).resolve().parent.parent

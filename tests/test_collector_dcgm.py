@@ -9,8 +9,8 @@ import pytest
 
 from collectors.dcgm import DcgmSource
 from collectors.sources import SourceUnavailable
+from devtools.redis_server import free_port
 from gpulse import schema
-from gpulse.redis_server import free_port
 
 RECORDED = (Path(__file__).parent / "data" / "dcgm-exporter.txt").read_text()
 HOST = "dgx-h100-017"

@@ -8,8 +8,8 @@ import time
 import psutil
 
 from collectors.probe import ProbeRunner, probe_once
+from devtools.stack import ROOT
 from gpulse.keys import Keys
-from gpulse.stack import ROOT
 
 
 def test_one_probe_measures_real_bandwidth():

@@ -8,8 +8,8 @@ import pytest
 import redis
 
 from collectors.publisher import RedisPublisher, StdoutPublisher
+from devtools.redis_server import EmbeddedRedis
 from gpulse.keys import Keys
-from gpulse.redis_server import EmbeddedRedis
 from gpulse.schema import encode, parse
 
 

@@ -8,8 +8,8 @@ import pytest
 import redis
 
 from collectors.simulated import SimulatedFleet, redis_fault_reader
+from devtools.redis_server import EmbeddedRedis
 from gpulse.keys import Keys
-from gpulse.redis_server import EmbeddedRedis
 from gpulse.schema import GPU_METRIC_NAMES, encode, parse
 
 # name → (memory.total in bytes, power limit in W, max SM clock in MHz), as nvidia-smi shows them.

@@ -142,20 +142,45 @@ def test_env_example_lists_every_variable_the_compose_file_reads():
         assert listed[name] == "", f"{name} must be left for the operator to fill in"
 
 
-def test_the_dockerfile_builds_a_slim_non_root_image():
-    assert re.search(r"^FROM python:3\.11-slim$", DOCKERFILE, re.M)
-    users = re.findall(r"^USER (\S+)", DOCKERFILE, re.M)
-    assert users and users[-1].split(":")[0] not in ("root", "0")
-    assert re.search(r"^EXPOSE 8000$", DOCKERFILE, re.M)
-    assert "collectstatic --noinput" in DOCKERFILE
-    assert "-r requirements.txt" in DOCKERFILE and "requirements-dev" not in DOCKERFILE
-    assert re.search(r"^ARG TORCH_VARIANT=cpu$", DOCKERFILE, re.M)
-    healthcheck = re.search(r'^HEALTHCHECK .*\n\s+CMD python -c "(.*)"$', DOCKERFILE, re.M)
+def dockerfile_stages() -> dict[str, tuple[str, str]]:
+    """Map each build stage's name to (its base, its instructions)."""
+    parts = re.split(r"^FROM (\S+) AS (\S+)$", DOCKERFILE, flags=re.M)
+    return {name: (base, body) for base, name, body in zip(parts[1::3], parts[2::3], parts[3::3])}
+
+
+def test_the_dockerfile_builds_a_slim_node_image_and_the_control_image_on_it():
+    stages = dockerfile_stages()
+    assert list(stages) == ["node", "control"]  # control last: a plain `docker build` makes it
+    node_base, node = stages["node"]
+    control_base, control = stages["control"]
+    assert node_base == "python:3.11-slim" and control_base == "node"
+    # The node image installs only what the collector and the node worker import, and only their code.
+    assert "-r requirements-node.txt" in node and "requirements.txt" not in node
+    assert re.findall(r"^COPY (\S+) ", node, re.M) == ["requirements-node.txt", "collectors", "workers", "gpulse"]
+    assert "DJANGO_SETTINGS_MODULE" not in node
+    assert "-r requirements.txt" in control and "DJANGO_SETTINGS_MODULE=dashboard.settings" in control
+    assert "requirements-dev" not in DOCKERFILE
+    for body in (node, control):
+        assert re.search(r"^ARG TORCH_VARIANT=cpu$", body, re.M)
+        users = re.findall(r"^USER (\S+)", body, re.M)
+        assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert re.search(r"^EXPOSE 8000$", control, re.M)
+    assert "collectstatic --noinput" in control
+    healthcheck = re.search(r'^HEALTHCHECK .*\n\s+CMD python -c "(.*)"$', control, re.M)
     compile(healthcheck.group(1), "HEALTHCHECK", "exec")
     assert "/healthz" in healthcheck.group(1)
 
 
-def test_the_build_context_leaves_out_secrets_and_local_state():
+def test_each_service_builds_the_image_target_it_needs():
+    targets = {"node", "control"}
+    assert targets == set(dockerfile_stages())
+    for service in ("migrate", *CONTROL):
+        assert SERVICES[service]["build"]["target"] == "control" and SERVICES[service]["image"] == "gpulse:control"
+    for service in GPU_NODE:
+        assert SERVICES[service]["build"]["target"] == "node" and SERVICES[service]["image"] == "gpulse:node"
+
+
+def test_the_build_context_leaves_out_secrets_local_state_and_developer_tools():
     ignored = (ROOT / ".dockerignore").read_text().splitlines()
-    for entry in (".env", ".venv", ".git", "db.sqlite3*"):
+    for entry in (".env", ".venv", ".git", "db.sqlite3*", "tests", "devtools"):
         assert entry in ignored

@@ -11,15 +11,15 @@ import urllib.request
 
 import psutil
 
-from gpulse.redis_server import free_port
-from gpulse.stack import ROOT
+from devtools.redis_server import free_port
+from devtools.stack import ROOT
 
 
 def test_the_demo_starts_the_whole_system_and_stops_every_process_on_sigterm():
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env.update(PORT=str(port), GPULSE_SIM_NODES="2", GPULSE_SIM_GPUS="4", GPULSE_ADMIN_PASSWORD="demo-pw-1234")
-    demo = subprocess.Popen([sys.executable, "-m", "gpulse.demo"], cwd=ROOT, env=env,
+    demo = subprocess.Popen([sys.executable, "-m", "devtools.demo"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lines = []

@@ -173,7 +173,7 @@ def test_minute_rollups_are_written_in_bulk_with_min_mean_max(redis_client, make
 def test_it_recovers_when_redis_restarts_empty(make_ingest, frames):
     import redis as redis_lib
 
-    from gpulse.redis_server import EmbeddedRedis
+    from devtools.redis_server import EmbeddedRedis
 
     server = EmbeddedRedis().start()
     try:

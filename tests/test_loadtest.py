@@ -30,7 +30,7 @@ def processes_marked(mark: str) -> list[str]:
 def test_the_load_test_drives_the_whole_pipeline_and_reports_sane_numbers():
     mark = uuid.uuid4().hex
     done = subprocess.run(
-        [sys.executable, "manage.py", "loadtest", "--nodes", str(NODES), "--gpus-per-node", "8", "--interval", "1",
+        [sys.executable, "-m", "devtools.loadtest", "--nodes", str(NODES), "--gpus-per-node", "8", "--interval", "1",
          "--duration", "5", "--clients", "3", "--warmup", "1", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=80, env={**os.environ, "GPULSE_TEST_MARK": mark},
     )

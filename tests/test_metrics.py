@@ -17,9 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard.accounts.models import ApiToken
 from dashboard.metrics import EXPORTED_NAMES
+from devtools.redis_server import free_port
 from gpulse import schema
 from gpulse.keys import Keys
-from gpulse.redis_server import free_port
+from gpulse.throttle import THROTTLE_REASONS
 from tests.samples import gpu, sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,7 +181,7 @@ def test_throttle_reasons_are_one_hot(scraped):
     throttle = scraped["gpulse_gpu_throttle_reason"]
     reasons = {dict(labels)["reason"]: value for labels, value in throttle.items() if dict(labels)["node"] == "n1"
                and dict(labels)["gpu"] == "1"}
-    assert reasons == {reason: (1 if reason == "sw_power_cap" else 0) for reason in schema.THROTTLE_REASONS}
+    assert reasons == {reason: (1 if reason == "sw_power_cap" else 0) for reason in THROTTLE_REASONS}
 
 
 def test_only_nodes_that_are_up_export_gpu_gauges(scraped):

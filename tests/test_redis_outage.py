@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from gpulse.redis_server import free_port
-from gpulse.stack import Stack
+from devtools.redis_server import free_port
+from devtools.stack import Stack
 
 
 def healthz(stack: Stack) -> dict:

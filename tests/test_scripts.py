@@ -13,7 +13,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_side_by_side_benchmark_compares_the_engine_with_a_plain_loop():
-    done = run("scripts/bench_allreduce.py", "--rounds", "1", "--min-bytes", "64K", "--max-bytes", "64K",
+    done = run("-m", "devtools.bench_allreduce", "--rounds", "1", "--min-bytes", "64K", "--max-bytes", "64K",
                "--iters", "2", "--warmup", "1")
     assert done.returncode == 0, done.stderr
     row = next(line.split() for line in done.stdout.splitlines() if line.strip().startswith("65536"))
@@ -22,7 +22,7 @@ def test_the_side_by_side_benchmark_compares_the_engine_with_a_plain_loop():
 
 
 def test_the_collector_cpu_measure_reports_every_sample():
-    done = run("scripts/measure_collector_cpu.py", "--duration", "2", "--interval", "0.5", "--json")
+    done = run("-m", "devtools.measure_collector_cpu", "--duration", "2", "--interval", "0.5", "--json")
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     # One tick may slip on a loaded 2-core CI machine; the script still counts it.

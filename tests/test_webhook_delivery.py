@@ -2,7 +2,7 @@
 
 import re
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
@@ -28,7 +28,7 @@ def readme_verify():
 
 
 def alert_event(kind="firing", gpu=3) -> Event:
-    start = datetime(2025, 11, 24, 16, 0, tzinfo=timezone.utc)
+    start = datetime(2025, 11, 24, 16, 0, tzinfo=UTC)
     return Event(
         event_id=uuid.uuid4(),
         kind=kind,

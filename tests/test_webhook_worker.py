@@ -9,8 +9,8 @@ from dashboard.alerts import tasks
 from dashboard.alerts.delivery import signature
 from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.alerts.models import DeliveryAttempt, Rule, Transition, WebhookEndpoint
-from tests.test_alerts_evaluate import T0, hot
 from tests.celery_workers import control_worker_running
+from tests.test_alerts_evaluate import T0, hot
 from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 from workers.celery_app import app
 

@@ -31,9 +31,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from workers.allreduce import ARRIVED_KEY, Row, SpecError, SweepSpec
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dashboard.alerts.models import Rule, is_gpu_metric
-from dashboard.live.state import DOWN, STALE
+from gpulse.status import DOWN, STALE
 
 COMPARE = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne

@@ -19,7 +19,8 @@ from django.db.models import Q
 
 from dashboard.alerts.conditions import CompiledRule, node_status_value
 from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition, fingerprint
-from dashboard.live.state import UP, ClusterState
+from dashboard.live.state import ClusterState
+from gpulse.status import UP
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from gpulse.schema import THROTTLE_REASONS
+from gpulse.throttle import THROTTLE_REASONS
 
 METRICS = (
     ("gpu.util", "GPU utilization (%)"),

@@ -2,10 +2,16 @@
 
 import ipaddress
 import random
+import socket
 
 from django.conf import settings
 
-from gpulse.redis_server import free_port
+
+def free_loopback_port() -> int:
+    """A port nothing listens on now; the job's rank 0 binds it moments later."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def choose_rendezvous(nodes: list[str]) -> tuple[str, int]:
@@ -20,6 +26,6 @@ def choose_rendezvous(nodes: list[str]) -> tuple[str, int]:
     except ValueError:
         loopback = addr == "localhost"
     if loopback:
-        return addr, free_port()
+        return addr, free_loopback_port()
     low, high = settings.GPULSE_RENDEZVOUS_PORTS
     return addr, random.randint(low, high)

@@ -4,9 +4,9 @@ import time
 
 import orjson
 
-from dashboard.live.state import DOWN, node_status
 from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
+from gpulse.status import DOWN, node_status
 
 
 def node_view(name: str, raw: bytes | None, seen: dict | None, now: float) -> dict:

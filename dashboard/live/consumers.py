@@ -8,9 +8,9 @@ import orjson
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from dashboard.live.publish import CLUSTER_GROUP
-from dashboard.live.state import DOWN, node_status
 from dashboard.redis_client import async_redis_client
 from gpulse.keys import Keys
+from gpulse.status import DOWN, node_status
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ import time
 
 import orjson
 
-from dashboard.live.state import DOWN, ClusterState, NodeState
+from dashboard.live.state import ClusterState, NodeState
+from gpulse.status import DOWN
 
 FIELDS = ("util", "mem_used", "temp", "power", "sm_clock", "flags")
 

@@ -21,9 +21,10 @@ import redis
 from dashboard.live.frames import FrameBuilder
 from dashboard.live.probes import ProbeTracker
 from dashboard.live.rollups import RollupAccumulator
-from dashboard.live.state import DOWN, UP, ClusterState, NodeState
+from dashboard.live.state import ClusterState, NodeState
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, RECENT_POINTS, Keys
+from gpulse.status import DOWN, UP
 
 log = logging.getLogger("gpulse.ingest")
 

@@ -5,7 +5,7 @@ warm-up, barrier, perf_counter around the timed iterations, the slowest
 rank's time. Rounds alternate which goes first, so drift in the machine
 (other load, frequency) hits both alike; the medians are compared.
 
-    .venv/bin/python scripts/bench_allreduce.py [--rounds 5] [--min-bytes 1M] [--max-bytes 16M]
+    .venv/bin/python -m devtools.bench_allreduce [--rounds 5] [--min-bytes 1M] [--max-bytes 16M]
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from collectors.arguments import positive_int
+from devtools.redis_server import free_port
+from workers.allreduce import DTYPES, SweepSpec, busbw, parse_size, sweep_sizes
+from workers.launcher import run_node
 
-from workers.allreduce import DTYPES, SweepSpec, busbw, parse_size, sweep_sizes  # noqa: E402
-from workers.launcher import run_node  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def plain_rank(rank: int, world: int, port: int, sizes: list[int], warmup: int, iters: int) -> None:
@@ -50,13 +52,11 @@ def plain_rank(rank: int, world: int, port: int, sizes: list[int], warmup: int, 
 
 def run_plain(world: int, sizes: list[int], warmup: int, iters: int) -> dict[int, float]:
     """Return busbw (GB/s) per size of the plain loop."""
-    with socket.socket() as probe:  # a free port; the race with other programs is acceptable here
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # the race with other programs for it is acceptable here
     args = ["--port", str(port), "--sizes", ",".join(map(str, sizes)), "--warmup", str(warmup),
             "--iters", str(iters), "--world", str(world)]
-    procs = [subprocess.Popen([sys.executable, __file__, "--plain-rank", str(rank), *args],
-                              stdout=subprocess.PIPE, text=True) for rank in range(world)]
+    procs = [subprocess.Popen([sys.executable, "-m", "devtools.bench_allreduce", "--plain-rank", str(rank), *args],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True) for rank in range(world)]
     outputs = [proc.communicate(timeout=300)[0] for proc in procs]
     if any(proc.returncode for proc in procs):
         raise SystemExit(f"plain loop failed: exit codes {[proc.returncode for proc in procs]}")
@@ -79,13 +79,13 @@ def run_engine(world: int, min_bytes: int, max_bytes: int, factor: int, warmup: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--rounds", type=positive_int, default=5)
+    parser.add_argument("--ranks", type=positive_int, default=2)
     parser.add_argument("--min-bytes", type=parse_size, default="1M")
     parser.add_argument("--max-bytes", type=parse_size, default="16M")
-    parser.add_argument("--factor", type=int, default=4)
+    parser.add_argument("--factor", type=positive_int, default=4)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--iters", type=positive_int, default=20)
     parser.add_argument("--plain-rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--world", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)

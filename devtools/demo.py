@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from gpulse.stack import ROOT, Stack
+from devtools.stack import ROOT, Stack
 
 
 def stop_with_parent() -> None:

@@ -2,7 +2,7 @@
 
 Everything runs from the checkout as in production (uvicorn serving
 dashboard.asgi with the flags start() explains, `manage.py ingest`, `python -m
-collectors`), started and stopped through gpulse.stack.Stack; only the data is
+collectors`), started and stopped through devtools.stack.Stack; only the data is
 throw-away: a temporary SQLite database and, unless a Redis URL is given, a
 private Redis server.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import redis
 
+from devtools.redis_server import EmbeddedRedis, free_port
+from devtools.stack import Stack
 from gpulse.keys import Keys
-from gpulse.redis_server import EmbeddedRedis, free_port
-from gpulse.stack import Stack
 
 USERNAME = "loadtest"
 # One simulated collector process per this many nodes: a sample of 250 × 8 GPUs

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
-from dashboard.loadtest.browser import measure_overview
-from dashboard.loadtest.clients import ClientFleet
-from dashboard.loadtest.meter import ProcessMeter
-from dashboard.loadtest.report import lag_summary, percentiles
-from dashboard.loadtest.system import LoadSystem
+from devtools.loadtest.browser import measure_overview
+from devtools.loadtest.clients import ClientFleet
+from devtools.loadtest.meter import ProcessMeter
+from devtools.loadtest.report import lag_summary, percentiles
+from devtools.loadtest.system import LoadSystem
 from gpulse.keys import RECENT_POINTS, TELEMETRY_MAXLEN
 
 MiB = 2**20

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from gpulse.redis_server import EmbeddedRedis
+from devtools.redis_server import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parent.parent
 

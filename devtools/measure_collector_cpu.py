@@ -11,7 +11,7 @@ collector's user + system time over the measured window, in percent of one
 core. Probes are off (--probe-interval 0): they run every 10 minutes in
 processes of their own.
 
-    .venv/bin/python scripts/measure_collector_cpu.py [--gpus 8] [--interval 1] [--duration 60] [--json]
+    .venv/bin/python -m devtools.measure_collector_cpu [--gpus 8] [--interval 1] [--duration 60] [--json]
 """
 
 import argparse
@@ -24,12 +24,12 @@ from pathlib import Path
 import psutil
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from collectors.arguments import positive_float, positive_int
+from devtools.redis_server import EmbeddedRedis
+from gpulse.keys import Keys
+from tests import fake_nvml
 
-from gpulse.keys import Keys  # noqa: E402
-from gpulse.redis_server import EmbeddedRedis  # noqa: E402
-from tests import fake_nvml  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SETTLE_SECONDS = 5.0
 
@@ -82,9 +82,9 @@ def measure(gpus: int, interval: float, duration: float) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--interval", type=float, default=1.0)
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds measured, after 5 s of start-up")
+    parser.add_argument("--gpus", type=positive_int, default=8)
+    parser.add_argument("--interval", type=positive_float, default=1.0)
+    parser.add_argument("--duration", type=positive_float, default=60.0, help="seconds measured, after 5 s of start-up")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = measure(args.gpus, args.interval, args.duration)

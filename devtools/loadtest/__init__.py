@@ -1,4 +1,4 @@
-"""The load test behind `manage.py loadtest`: the real pipeline under a simulated cluster.
+"""The load test behind `python -m devtools.loadtest`: the real pipeline under a simulated cluster.
 
 system.py starts Redis, the database, web, ingest and simulated collectors as
 child processes; clients.py holds the websocket clients that measure what a
