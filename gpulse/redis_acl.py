@@ -182,9 +182,18 @@ def acl_users(prefix: str, nodes: Iterable[str] = (), simulator_prefix: str | No
     return users
 
 
+def admin_user() -> AclUser:
+    """An operator's account: everything, for ACL LOAD, backups and debugging."""
+    return AclUser("admin", ("~*", "&*", "+@all"))
+
+
 def acl_file(users: Iterable[AclUser], passwords: Mapping[str, str]) -> str:
-    """Return a users.acl file; passwords are stored only as SHA-256 hashes."""
-    lines = []
+    """Return a users.acl file; passwords are stored only as SHA-256 hashes.
+
+    Its first line turns the default user off: a file without one makes Redis
+    create it on, with no password and every permission.
+    """
+    lines = ["user default off"]
     for user in users:
         digest = hashlib.sha256(passwords[user.name].encode()).hexdigest()
         lines.append(" ".join(("user", user.name, "on", f"#{digest}", *user.rules)))
@@ -247,11 +256,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the database number in gpulse's REDIS_URL (default %(default)s)")
     parser.add_argument("--simulator", metavar="NAME_PREFIX",
                         help="also a user for a simulated collector whose nodes are named NAME_PREFIX*")
+    parser.add_argument("--admin", action="store_true",
+                        help="also an 'admin' user with every permission, for operators (ACL LOAD, backups)")
     parser.add_argument("--list-variables", action="store_true",
                         help="print the password variables to set, one a line, and exit")
     args = parser.parse_args(argv)
     try:
         users = acl_users(args.prefix, args.node, args.simulator, args.db)
+        if args.admin:
+            users.append(admin_user())
         if args.list_variables:
             print("\n".join(user.password_variable for user in users))
             return 0

@@ -21,7 +21,7 @@ from collectors.simulated import redis_fault_reader
 from dashboard.live.ingest import Ingest
 from dashboard.live.publish import CLUSTER_GROUP, FramePublisher
 from gpulse.keys import Keys
-from gpulse.redis_acl import acl_file, acl_users, create_role_users, main, node_user, user_url
+from gpulse.redis_acl import acl_file, acl_users, admin_user, create_role_users, main, node_user, user_url
 from gpulse.redis_server import EmbeddedRedis
 from tests.celery_workers import NodeWorkers
 from tests.samples import sample
@@ -253,15 +253,19 @@ def test_the_web_reads_what_pages_show_and_writes_only_its_own_keys(acl):
     assert cache.get_many(["login-fail:user:alice"]) == {"login-fail:user:alice": 2}
 
 
-def test_the_acl_file_holds_only_password_hashes_and_its_rules_load(tmp_path):
+def test_the_acl_file_turns_the_default_user_off_holds_only_hashes_and_its_rules_load(tmp_path):
     users = acl_users(P, ["gpu-01"])
     passwords = {user.name: secrets.token_urlsafe(16) for user in users}
     text = acl_file(users, passwords)
     assert not any(password in text for password in passwords.values())
+    default, *lines = text.splitlines()
+    assert default == "user default off"
     server = EmbeddedRedis(directory=str(tmp_path)).start()
     try:
         admin = redis.Redis.from_url(server.url)
-        for line in text.splitlines():
+        # The same rules as ACL LOAD applies; the default user stays on here
+        # because it is this test's administrator.
+        for line in lines:
             keyword, name, *rules = line.split(" ")
             assert keyword == "user"
             admin.execute_command("ACL", "SETUSER", name, "reset", *rules)
@@ -281,9 +285,18 @@ def test_the_cli_reads_each_password_from_its_variable(monkeypatch, capsys):
         monkeypatch.setenv(user.password_variable, f"pw-{user.name}")
     assert main(["--prefix", "gpulse:", "--node", "gpu-01"]) == 0
     out = capsys.readouterr().out
-    assert [line.split(" ")[1] for line in out.splitlines()] == [user.name for user in users]
+    assert [line.split(" ")[1] for line in out.splitlines()] == ["default", *(user.name for user in users)]
     assert "pw-" not in out
     assert node_user("gpulse:", "gpu-01").password_variable == "GPULSE_REDIS_PASSWORD_NODE_GPU_01"
+
+
+def test_the_cli_adds_an_administrator_only_when_asked(monkeypatch, capsys):
+    for user in [*acl_users("gpulse:"), admin_user()]:
+        monkeypatch.setenv(user.password_variable, f"pw-{user.name}")
+    main([])
+    assert " admin " not in capsys.readouterr().out
+    main(["--admin"])
+    assert capsys.readouterr().out.splitlines()[-1].startswith("user admin on #")
 
 
 def test_the_cli_names_every_missing_password_variable(monkeypatch, capsys):
