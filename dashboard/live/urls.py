@@ -4,8 +4,8 @@ from dashboard.live import views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
-    path("nodes/<str:name>/", views.node_detail, name="node"),
+    path("nodes/<path:name>/", views.node_detail, name="node"),
     path("api/v1/cluster", views.api_cluster, name="api-cluster"),
-    path("api/v1/nodes/<str:name>", views.api_node, name="api-node"),
+    path("api/v1/nodes/<path:name>", views.api_node, name="api-node"),
     path("healthz", views.healthz, name="healthz"),
 ]
