@@ -12,7 +12,6 @@ counted. Exact-type checks and plain loops: it runs for every GPU every second.
 
 import json
 import re
-import time
 from dataclasses import dataclass
 
 import orjson
@@ -40,7 +39,8 @@ GPU_METRICS = (
     Metric("power", "W", "board power draw (power.draw)", 0, 5000),
     Metric("power_limit", "W", "enforced power limit (enforced.power.limit)", 0, 5000),
     Metric("sm_clock", "MHz", "SM clock (clocks.sm)", 0, 10_000),
-    Metric("mem_clock", "MHz", "memory clock (clocks.mem)", 0, 10_000),
+    # GDDR boards report the effective data rate: 10,501 MHz on an RTX 4090.
+    Metric("mem_clock", "MHz", "memory clock (clocks.mem)", 0, 20_000),
     Metric("fan", "%", "fan speed (fan.speed); null on passively cooled boards", 0, 100),
     Metric("ecc_uncorrected", "count", "volatile uncorrected ECC errors (ecc.errors.uncorrected.volatile.total)",
            0, 2**53),
@@ -85,8 +85,10 @@ MAX_XID = 2**31 - 1
 MAX_PROCESSES = 1024
 MAX_PID = 2**32 - 1
 INTERVAL_RANGE = (0.05, 3600.0)  # seconds between samples
-# A sample's ts is unix seconds: after the epoch, and at most this far ahead of
-# the wall clock here. A ts far in the future would keep a dead node "up".
+# A sample's ts is unix seconds from the epoch to 2100; where a reader passes
+# its clock (ingest, the web), also at most MAX_CLOCK_AHEAD ahead of it: a ts
+# in the future would keep a dead node "up".
+MAX_TS = 4_102_444_800.0
 MAX_CLOCK_AHEAD = 300.0
 
 
@@ -111,6 +113,7 @@ def _show(value) -> str:
 _GPU_BOUNDS = tuple((m.name, m.low, m.high) for m in GPU_METRICS)
 _HOST_BOUNDS = tuple((m.name, m.low, m.high) for m in HOST_METRICS)
 _KNOWN_THROTTLE = frozenset(THROTTLE_REASONS)
+_NUMBERS = frozenset((int, float))
 
 
 def _null_out_of_range(reading: dict, bounds: tuple, where: str) -> int:
@@ -136,35 +139,54 @@ def _text_or_none(value, name: str, where: str) -> None:
         raise MalformedSample(f"{where}: {name!r} is not a string of at most {MAX_TEXT} characters or null")
 
 
-def _check_lists(gpu: dict, where: str) -> int:
+def _check_lists(gpu: dict, node: str, index: int) -> int:
     """Check throttle, xid and processes; return how many process readings were nulled."""
     get = gpu.get
     throttle = get("throttle")
     if throttle:  # None or [] is the common case
         if type(throttle) is not list or len(throttle) > len(THROTTLE_REASONS):
-            raise MalformedSample(f"{where}: 'throttle' is not a list of throttle reasons: {_show(throttle)}")
+            raise MalformedSample(f"node {node} GPU {index}: 'throttle' is not a list of throttle reasons: {_show(throttle)}")
         for reason in throttle:
             if type(reason) is not str or reason not in _KNOWN_THROTTLE:
-                raise MalformedSample(f"{where}: unknown throttle reason {_show(reason)}")
+                raise MalformedSample(f"node {node} GPU {index}: unknown throttle reason {_show(reason)}")
     elif throttle is not None and type(throttle) is not list:
-        raise MalformedSample(f"{where}: 'throttle' is not a list of throttle reasons: {_show(throttle)}")
+        raise MalformedSample(f"node {node} GPU {index}: 'throttle' is not a list of throttle reasons: {_show(throttle)}")
     xid = get("xid")
     if xid:
         if type(xid) is not list or len(xid) > MAX_XIDS:
-            raise MalformedSample(f"{where}: 'xid' is not a list of at most {MAX_XIDS} Xid codes: {_show(xid)}")
+            raise MalformedSample(f"node {node} GPU {index}: 'xid' is not a list of at most {MAX_XIDS} Xid codes: {_show(xid)}")
         for code in xid:
             if type(code) is not int or not 0 <= code <= MAX_XID:
-                raise MalformedSample(f"{where}: Xid {_show(code)} is not an integer 0..{MAX_XID}")
+                raise MalformedSample(f"node {node} GPU {index}: Xid {_show(code)} is not an integer 0..{MAX_XID}")
     elif xid is not None and type(xid) is not list:
-        raise MalformedSample(f"{where}: 'xid' is not a list of Xid codes: {_show(xid)}")
+        raise MalformedSample(f"node {node} GPU {index}: 'xid' is not a list of Xid codes: {_show(xid)}")
     processes = get("processes")
     if processes:
         if type(processes) is not list or len(processes) > MAX_PROCESSES:
-            raise MalformedSample(f"{where}: 'processes' is not a list of at most {MAX_PROCESSES} processes")
-        return sum(_check_process(process, where) for process in processes)
+            raise MalformedSample(f"node {node} GPU {index}: 'processes' is not a list of at most {MAX_PROCESSES} processes")
+        nulled = 0
+        for process in processes:
+            if type(process) is dict:
+                get_ = process.get
+                pid, name, user, mem = get_("pid"), get_("name"), get_("user"), get_("mem_used")
+                if (type(pid) is int and 0 <= pid <= MAX_PID
+                        and (name is None or type(name) is str and len(name) <= MAX_TEXT)
+                        and (user is None or type(user) is str and len(user) <= MAX_TEXT)
+                        and (mem is None or type(mem) in _NUMBERS and 0 <= mem <= PB)):
+                    continue
+            nulled += _check_process(process, f"node {node} GPU {index}")
+        return nulled
     if processes is not None and type(processes) is not list:
-        raise MalformedSample(f"{where}: 'processes' is not a list: {_show(processes)}")
+        raise MalformedSample(f"node {node} GPU {index}: 'processes' is not a list: {_show(processes)}")
     return 0
+
+
+def _check_identity(gpu: dict, where: str) -> None:
+    _text_or_none(gpu.get("uuid"), "uuid", where)
+    _text_or_none(gpu.get("name"), "name", where)
+    lost = gpu.get("lost")
+    if lost is not None and type(lost) is not bool:
+        raise MalformedSample(f"{where}: 'lost' is not true, false or null")
 
 
 def _check_process(process, where: str) -> int:
@@ -187,7 +209,7 @@ def _check_process(process, where: str) -> int:
 
 
 def validate(sample, now: float | None = None) -> int:
-    """Check ``sample`` against the version-1 contract, in place.
+    """Check ``sample`` against the version-1 contract, in place; ``now``: the reader's clock, if it judges freshness.
 
     Raise MalformedSample naming the first structural problem (wrong type,
     missing field, a bound exceeded). A reading outside its Metric range, or
@@ -215,10 +237,11 @@ def validate(sample, now: float | None = None) -> int:
     low, high = INTERVAL_RANGE
     if not low <= interval <= high:
         raise MalformedSample(f"node {node}: interval {_show(interval)} is not within {low}..{high} s")
-    latest = (time.time() if now is None else now) + MAX_CLOCK_AHEAD
-    if not 0 < ts <= latest:
+    if not 0 <= ts <= MAX_TS:
+        raise MalformedSample(f"node {node}: ts {_show(ts)} is not a unix time (0..{MAX_TS:.0f})")
+    if now is not None and ts > now + MAX_CLOCK_AHEAD:
         raise MalformedSample(
-            f"node {node}: ts {_show(ts)} is not a unix time up to {MAX_CLOCK_AHEAD:.0f} s ahead of this clock"
+            f"node {node}: ts {ts:.0f} is {ts - now:.0f} s ahead of this clock (at most {MAX_CLOCK_AHEAD:.0f})"
         )
     gpus = sample.get("gpus")
     if type(gpus) is not list:
@@ -227,21 +250,31 @@ def validate(sample, now: float | None = None) -> int:
         raise MalformedSample(f"node {node}: {len(gpus)} GPUs, more than {MAX_GPUS}")
     nulled = 0
     seen = set()
+    # Runs for every GPU every second: the common, valid case inline with plain
+    # locals; the detailed checks (and their messages) only when something is off.
+    numbers, bounds, max_text = _NUMBERS, _GPU_BOUNDS, MAX_TEXT
     for gpu in gpus:
         if type(gpu) is not dict:
             raise MalformedSample(f"node {node}: a GPU that is not an object")
-        index = gpu.get("index")
+        get = gpu.get
+        index = get("index")
         if type(index) is not int or not 0 <= index <= MAX_GPU_INDEX or index in seen:
             raise MalformedSample(f"node {node}: GPU index {_show(index)} is not a unique integer 0..{MAX_GPU_INDEX}")
         seen.add(index)
-        where = f"node {node} GPU {index}"
-        nulled += _null_out_of_range(gpu, _GPU_BOUNDS, where)
-        nulled += _check_lists(gpu, where)
-        _text_or_none(gpu.get("uuid"), "uuid", where)
-        _text_or_none(gpu.get("name"), "name", where)
-        lost = gpu.get("lost")
-        if lost is not None and type(lost) is not bool:
-            raise MalformedSample(f"{where}: 'lost' is not true, false or null")
+        for name, low, high in bounds:
+            value = get(name)
+            if value is None or type(value) in numbers and low <= value <= high:
+                continue
+            nulled += _null_out_of_range(gpu, bounds, f"node {node} GPU {index}")
+            break
+        throttle, xid, processes = get("throttle"), get("xid"), get("processes")
+        if throttle is not None and throttle != [] or xid is not None and xid != [] or processes:
+            nulled += _check_lists(gpu, node, index)
+        uuid, model, lost = get("uuid"), get("name"), get("lost")
+        if (uuid is not None and (type(uuid) is not str or len(uuid) > max_text)
+                or model is not None and (type(model) is not str or len(model) > max_text)
+                or lost is not None and type(lost) is not bool):
+            _check_identity(gpu, f"node {node} GPU {index}")
     host = sample.get("host")
     if host is not None:
         if type(host) is not dict:
