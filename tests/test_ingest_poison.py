@@ -175,7 +175,7 @@ def test_poison_entries_are_acknowledged_and_counted_while_good_nodes_go_on(inge
     assert event["alert"]["node"] == "good-1" and event["status"] == "firing", event
 
     ok, checks = health()
-    assert checks["alerts"]["ok"] and checks["ingest"]["ok"], checks
+    assert ok and checks["alerts"]["ok"] and checks["ingest"]["ok"], checks
     assert f"{len(rejected) + 1} entries rejected" in checks["ingest"]["detail"]
     assert ingest.process.poll() is None
     assert "Traceback" not in ingest.log()
