@@ -28,6 +28,7 @@ from dashboard.alerts.evaluate import firing_count
 from dashboard.alerts.models import STATUSES, Transition
 from dashboard.benchmarks.models import BenchmarkJob, JobStatus
 from dashboard.live.cluster import read_cluster
+from dashboard.live.health import read_heartbeat
 from gpulse.schema import GPU_METRICS
 from gpulse.status import NODE_STATUSES, UP
 from gpulse.throttle import THROTTLE_REASONS
@@ -67,6 +68,10 @@ OTHER_METRICS = (
     "gpulse_benchmark_last_busbw_gbytes_per_second",
     "gpulse_alerts_firing",
     "gpulse_alert_transitions_total",
+    "gpulse_ingest_rejected_entries_total",
+    "gpulse_ingest_nulled_readings_total",
+    "gpulse_alert_evaluation_ok",
+    "gpulse_alert_proposals_failed_total",
 )
 # Every series name /metrics can export (the Grafana dashboard's test checks against it).
 EXPORTED_NAMES = frozenset(GPU_GAUGES.values()) | frozenset(OTHER_METRICS)
@@ -148,6 +153,28 @@ def alert_families():
     yield transitions
 
 
+def ingest_families():
+    """Ingest's own counters, from its heartbeat (they restart at zero with ingest, as counters may)."""
+    beat = read_heartbeat()
+    if beat is None:
+        return
+    rejected = CounterMetricFamily("gpulse_ingest_rejected_entries", "telemetry entries the sample contract rejected")
+    rejected.add_metric([], beat.get("rejected", 0))
+    yield rejected
+    nulled = CounterMetricFamily("gpulse_ingest_nulled_readings",
+                                 "readings outside their documented range (or NaN), stored as null")
+    nulled.add_metric([], beat.get("nulled", 0))
+    yield nulled
+    alerts = beat.get("alerts")
+    if alerts is not None:
+        yield GaugeMetricFamily("gpulse_alert_evaluation_ok", "1 while ingest's alert evaluation runs through",
+                                value=1 if alerts["ok"] else 0)
+        failed = CounterMetricFamily("gpulse_alert_proposals_failed",
+                                     "alert changes that could not be committed, even on their own")
+        failed.add_metric([], alerts["proposals_failed"])
+        yield failed
+
+
 class ClusterCollector:
     """Everything /metrics exports, read at scrape time."""
 
@@ -157,6 +184,7 @@ class ClusterCollector:
         yield from node_families(nodes)
         yield from benchmark_families()
         yield from alert_families()
+        yield from ingest_families()
 
 
 @login_not_required  # Prometheus has no session: the view checks the token itself

@@ -3,11 +3,20 @@
 Units: bytes, bytes/s, W, °C, MHz, %. A metric the GPU does not support is
 None (JSON null), never 0. A GPU that fell off the bus stays in the list with
 ``lost: True`` and every reading None.
+
+validate() is the one check of this contract, used by everything that reads
+samples (ingest, the web's node keys, /metrics): a structural problem rejects
+the entry; a reading outside its Metric range (or NaN) becomes None and is
+counted. Exact-type checks and plain loops: it runs for every GPU every second.
 """
 
+import json
+import re
 from dataclasses import dataclass
 
 import orjson
+
+from gpulse.throttle import THROTTLE_REASONS
 
 SCHEMA_VERSION = 1
 
@@ -17,27 +26,60 @@ class Metric:
     name: str
     unit: str
     description: str
+    low: float  # the plausible range: a reading outside it (or NaN) becomes null and is counted
+    high: float
 
 
+PB = 1e15
 # One line per numeric GPU reading; display, export and validation all read it.
 GPU_METRICS = (
-    Metric("util", "%", "GPU utilization (nvidia-smi: utilization.gpu)"),
-    Metric("mem_util", "%", "memory controller utilization (utilization.memory)"),
-    Metric("mem_used", "bytes", "framebuffer memory used (memory.used)"),
-    Metric("mem_total", "bytes", "framebuffer memory total (memory.total)"),
-    Metric("temp", "°C", "GPU core temperature (temperature.gpu)"),
-    Metric("power", "W", "board power draw (power.draw)"),
-    Metric("power_limit", "W", "enforced power limit (enforced.power.limit)"),
-    Metric("sm_clock", "MHz", "SM clock (clocks.sm)"),
-    Metric("mem_clock", "MHz", "memory clock (clocks.mem)"),
-    Metric("fan", "%", "fan speed (fan.speed); null on passively cooled boards"),
-    Metric("ecc_uncorrected", "count", "volatile uncorrected ECC errors (ecc.errors.uncorrected.volatile.total)"),
-    Metric("pcie_tx", "bytes/s", "PCIe transmit throughput"),
-    Metric("pcie_rx", "bytes/s", "PCIe receive throughput"),
-    Metric("nvlink_tx", "bytes/s", "NVLink transmit throughput, all links"),
-    Metric("nvlink_rx", "bytes/s", "NVLink receive throughput, all links"),
+    Metric("util", "%", "GPU utilization (nvidia-smi: utilization.gpu)", 0, 100),
+    Metric("mem_util", "%", "memory controller utilization (utilization.memory)", 0, 100),
+    Metric("mem_used", "bytes", "framebuffer memory used (memory.used)", 0, PB),
+    Metric("mem_total", "bytes", "framebuffer memory total (memory.total)", 0, PB),
+    Metric("temp", "°C", "GPU core temperature (temperature.gpu)", -40, 150),
+    Metric("power", "W", "board power draw (power.draw)", 0, 5000),
+    Metric("power_limit", "W", "enforced power limit (enforced.power.limit)", 0, 5000),
+    Metric("sm_clock", "MHz", "SM clock (clocks.sm)", 0, 10_000),
+    # GDDR boards report the effective data rate: 10,501 MHz on an RTX 4090.
+    Metric("mem_clock", "MHz", "memory clock (clocks.mem)", 0, 20_000),
+    Metric("fan", "%", "fan speed (fan.speed); null on passively cooled boards", 0, 100),
+    Metric("ecc_uncorrected", "count", "volatile uncorrected ECC errors (ecc.errors.uncorrected.volatile.total)",
+           0, 2**53),
+    Metric("pcie_tx", "bytes/s", "PCIe transmit throughput", 0, 1e13),
+    Metric("pcie_rx", "bytes/s", "PCIe receive throughput", 0, 1e13),
+    Metric("nvlink_tx", "bytes/s", "NVLink transmit throughput, all links", 0, 1e13),
+    Metric("nvlink_rx", "bytes/s", "NVLink receive throughput, all links", 0, 1e13),
 )
 GPU_METRIC_NAMES = tuple(m.name for m in GPU_METRICS)
+# The optional per-node "host" readings, validated the same way.
+HOST_METRICS = (
+    Metric("cpu_util", "%", "host CPU utilization", 0, 100),
+    Metric("mem_used", "bytes", "host memory used", 0, PB),
+    Metric("mem_total", "bytes", "host memory total", 0, PB),
+)
+
+# The contract's bounds: anything past them is not a sample a collector sends,
+# and each one is a cost an entry could otherwise push on ingest, the database
+# and every browser (a 50 MB entry was rewritten into every tick's snapshot).
+MAX_ENTRY_BYTES = 1024 * 1024
+# Node names: host name characters and "_", at most 63 (one DNS label's length);
+# they become Redis keys, URL path segments and database values.
+NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}")
+MAX_GPUS = 256
+MAX_GPU_INDEX = 255
+MAX_TEXT = 128  # uuid, model name, process name and user
+MAX_XIDS = 64
+MAX_XID = 2**31 - 1
+MAX_PROCESSES = 1024
+MAX_PID = 2**32 - 1
+INTERVAL_RANGE = (0.05, 3600.0)  # seconds between samples
+# A sample's ts is unix seconds from the epoch to 2100; where a reader passes
+# its clock (ingest, the web), also at most MAX_CLOCK_AHEAD ahead of it: a ts
+# in the future would keep a dead node "up".
+MAX_TS = 4_102_444_800.0
+MAX_CLOCK_AHEAD = 300.0
+
 
 class MalformedSample(ValueError):
     """A stream entry that is not a valid version-1 sample; the message says why."""
@@ -47,40 +89,206 @@ def encode(sample: dict) -> bytes:
     return orjson.dumps(sample)
 
 
-# Exact types, not isinstance: faster on the hot path, and it refuses bool (an int subclass).
-_READING_TYPES = frozenset((int, float, type(None)))
+def valid_node_name(name) -> bool:
+    return type(name) is str and NODE_NAME.fullmatch(name) is not None
 
 
-def _number_or_none(value) -> bool:
-    return type(value) in _READING_TYPES
+def _show(value) -> str:
+    """The offending value for a message, short: it comes from whoever wrote the entry."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
-def parse(raw: bytes | str) -> dict:
-    """Return the sample in ``raw``, or raise MalformedSample naming the problem."""
+_GPU_BOUNDS = tuple((m.name, m.low, m.high) for m in GPU_METRICS)
+_HOST_BOUNDS = tuple((m.name, m.low, m.high) for m in HOST_METRICS)
+_KNOWN_THROTTLE = frozenset(THROTTLE_REASONS)
+_NUMBERS = frozenset((int, float))
+
+
+def _null_out_of_range(reading: dict, bounds: tuple, where: str) -> int:
+    """Set each reading outside its range (or NaN) to None; return how many; raise on a non-number."""
+    nulled = 0
+    get = reading.get
+    # Exact types, not isinstance: faster on the hot path, and it refuses bool (an int subclass).
+    for name, low, high in bounds:
+        value = get(name)
+        if value is None:
+            continue
+        kind = type(value)
+        if kind is not float and kind is not int:
+            raise MalformedSample(f"{where}: {name!r} is not a number or null: {_show(value)}")
+        if not low <= value <= high:  # false for NaN too
+            reading[name] = None
+            nulled += 1
+    return nulled
+
+
+def _text_or_none(value, name: str, where: str) -> None:
+    if value is not None and (type(value) is not str or len(value) > MAX_TEXT):
+        raise MalformedSample(f"{where}: {name!r} is not a string of at most {MAX_TEXT} characters or null")
+
+
+def _check_lists(gpu: dict, node: str, index: int) -> int:
+    """Check throttle, xid and processes; return how many process readings were nulled."""
+    get = gpu.get
+    throttle = get("throttle")
+    if throttle:  # None or [] is the common case
+        if type(throttle) is not list or len(throttle) > len(THROTTLE_REASONS):
+            raise MalformedSample(f"node {node} GPU {index}: 'throttle' is not a list of throttle reasons: {_show(throttle)}")
+        for reason in throttle:
+            if type(reason) is not str or reason not in _KNOWN_THROTTLE:
+                raise MalformedSample(f"node {node} GPU {index}: unknown throttle reason {_show(reason)}")
+    elif throttle is not None and type(throttle) is not list:
+        raise MalformedSample(f"node {node} GPU {index}: 'throttle' is not a list of throttle reasons: {_show(throttle)}")
+    xid = get("xid")
+    if xid:
+        if type(xid) is not list or len(xid) > MAX_XIDS:
+            raise MalformedSample(f"node {node} GPU {index}: 'xid' is not a list of at most {MAX_XIDS} Xid codes: {_show(xid)}")
+        for code in xid:
+            if type(code) is not int or not 0 <= code <= MAX_XID:
+                raise MalformedSample(f"node {node} GPU {index}: Xid {_show(code)} is not an integer 0..{MAX_XID}")
+    elif xid is not None and type(xid) is not list:
+        raise MalformedSample(f"node {node} GPU {index}: 'xid' is not a list of Xid codes: {_show(xid)}")
+    processes = get("processes")
+    if processes:
+        if type(processes) is not list or len(processes) > MAX_PROCESSES:
+            raise MalformedSample(f"node {node} GPU {index}: 'processes' is not a list of at most {MAX_PROCESSES} processes")
+        nulled = 0
+        for process in processes:
+            if type(process) is dict:
+                get_ = process.get
+                pid, name, user, mem = get_("pid"), get_("name"), get_("user"), get_("mem_used")
+                if (type(pid) is int and 0 <= pid <= MAX_PID
+                        and (name is None or type(name) is str and len(name) <= MAX_TEXT)
+                        and (user is None or type(user) is str and len(user) <= MAX_TEXT)
+                        and (mem is None or type(mem) in _NUMBERS and 0 <= mem <= PB)):
+                    continue
+            nulled += _check_process(process, f"node {node} GPU {index}")
+        return nulled
+    if processes is not None and type(processes) is not list:
+        raise MalformedSample(f"node {node} GPU {index}: 'processes' is not a list: {_show(processes)}")
+    return 0
+
+
+def _check_identity(gpu: dict, where: str) -> None:
+    _text_or_none(gpu.get("uuid"), "uuid", where)
+    _text_or_none(gpu.get("name"), "name", where)
+    lost = gpu.get("lost")
+    if lost is not None and type(lost) is not bool:
+        raise MalformedSample(f"{where}: 'lost' is not true, false or null")
+
+
+def _check_process(process, where: str) -> int:
+    if type(process) is not dict:
+        raise MalformedSample(f"{where}: a process that is not an object: {_show(process)}")
+    pid = process.get("pid")
+    if type(pid) is not int or not 0 <= pid <= MAX_PID:
+        raise MalformedSample(f"{where}: a process whose pid is not an integer 0..{MAX_PID}: {_show(pid)}")
+    _text_or_none(process.get("name"), "process name", where)
+    _text_or_none(process.get("user"), "process user", where)
+    mem = process.get("mem_used")
+    if mem is not None:
+        kind = type(mem)
+        if kind is not int and kind is not float:
+            raise MalformedSample(f"{where}: process {pid} 'mem_used' is not a number or null")
+        if not 0 <= mem <= PB:
+            process["mem_used"] = None
+            return 1
+    return 0
+
+
+def validate(sample, now: float | None = None) -> int:
+    """Check ``sample`` against the version-1 contract, in place; ``now``: the reader's clock, if it judges freshness.
+
+    Raise MalformedSample naming the first structural problem (wrong type,
+    missing field, a bound exceeded). A reading outside its Metric range, or
+    NaN, becomes None; return how many did.
+    """
+    if type(sample) is not dict:
+        raise MalformedSample("not a JSON object")
+    version = sample.get("v")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise MalformedSample(
+            f"unknown sample version {_show(version)} (this ingest reads version {SCHEMA_VERSION})"
+        )
+    node = sample.get("node")
+    if node is None:
+        raise MalformedSample("missing field 'node'")
+    if not valid_node_name(node):
+        raise MalformedSample(
+            f"node name {_show(node)} is not 1-63 letters, digits, '.', '-' or '_' (not starting with '.' or '-')"
+        )
+    ts, interval = sample.get("ts"), sample.get("interval")
+    for field, value in (("ts", ts), ("interval", interval)):
+        kind = type(value)
+        if kind is not float and kind is not int:
+            raise MalformedSample(f"node {node}: missing or non-numeric field {field!r}")
+    low, high = INTERVAL_RANGE
+    if not low <= interval <= high:
+        raise MalformedSample(f"node {node}: interval {_show(interval)} is not within {low}..{high} s")
+    if not 0 <= ts <= MAX_TS:
+        raise MalformedSample(f"node {node}: ts {_show(ts)} is not a unix time (0..{MAX_TS:.0f})")
+    if now is not None and ts > now + MAX_CLOCK_AHEAD:
+        raise MalformedSample(
+            f"node {node}: ts {ts:.0f} is {ts - now:.0f} s ahead of this clock (at most {MAX_CLOCK_AHEAD:.0f})"
+        )
+    gpus = sample.get("gpus")
+    if type(gpus) is not list:
+        raise MalformedSample(f"node {node}: missing field 'gpus'")
+    if len(gpus) > MAX_GPUS:
+        raise MalformedSample(f"node {node}: {len(gpus)} GPUs, more than {MAX_GPUS}")
+    nulled = 0
+    seen = set()
+    # Runs for every GPU every second: the common, valid case inline with plain
+    # locals; the detailed checks (and their messages) only when something is off.
+    numbers, bounds, max_text = _NUMBERS, _GPU_BOUNDS, MAX_TEXT
+    for gpu in gpus:
+        if type(gpu) is not dict:
+            raise MalformedSample(f"node {node}: a GPU that is not an object")
+        get = gpu.get
+        index = get("index")
+        if type(index) is not int or not 0 <= index <= MAX_GPU_INDEX or index in seen:
+            raise MalformedSample(f"node {node}: GPU index {_show(index)} is not a unique integer 0..{MAX_GPU_INDEX}")
+        seen.add(index)
+        for name, low, high in bounds:
+            value = get(name)
+            if value is None or type(value) in numbers and low <= value <= high:
+                continue
+            nulled += _null_out_of_range(gpu, bounds, f"node {node} GPU {index}")
+            break
+        throttle, xid, processes = get("throttle"), get("xid"), get("processes")
+        if throttle is not None and throttle != [] or xid is not None and xid != [] or processes:
+            nulled += _check_lists(gpu, node, index)
+        uuid, model, lost = get("uuid"), get("name"), get("lost")
+        if (uuid is not None and (type(uuid) is not str or len(uuid) > max_text)
+                or model is not None and (type(model) is not str or len(model) > max_text)
+                or lost is not None and type(lost) is not bool):
+            _check_identity(gpu, f"node {node} GPU {index}")
+    host = sample.get("host")
+    if host is not None:
+        if type(host) is not dict:
+            raise MalformedSample(f"node {node}: 'host' is not an object")
+        nulled += _null_out_of_range(host, _HOST_BOUNDS, f"node {node} host")
+    return nulled
+
+
+def read(raw: bytes | str, now: float | None = None) -> tuple[dict, int]:
+    """Return (the sample in ``raw``, how many readings were out of range and nulled); raise MalformedSample."""
+    if len(raw) > MAX_ENTRY_BYTES:
+        raise MalformedSample(f"entry of {len(raw)} bytes, more than {MAX_ENTRY_BYTES}")
     try:
         sample = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise MalformedSample(f"not JSON: {exc}") from None
-    if not isinstance(sample, dict):
-        raise MalformedSample("not a JSON object")
-    version = sample.get("v")
-    if version != SCHEMA_VERSION:
-        raise MalformedSample(f"unknown sample version {version!r} (this ingest reads version {SCHEMA_VERSION})")
-    node = sample.get("node")
-    if not isinstance(node, str) or not node:
-        raise MalformedSample("missing field 'node'")
-    for field in ("ts", "interval"):
-        value = sample.get(field)
-        if value is None or not _number_or_none(value):
-            raise MalformedSample(f"node {node}: missing or non-numeric field {field!r}")
-    gpus = sample.get("gpus")
-    if not isinstance(gpus, list):
-        raise MalformedSample(f"node {node}: missing field 'gpus'")
-    for gpu in gpus:
-        if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int):
-            raise MalformedSample(f"node {node}: a GPU without an integer 'index'")
-        get = gpu.get
-        for name in GPU_METRIC_NAMES:
-            if type(get(name)) not in _READING_TYPES:
-                raise MalformedSample(f"node {node} GPU {gpu['index']}: {name!r} is not a number or null")
-    return sample
+        # Python's json reads NaN, Infinity and 1e400 (as inf), which writers
+        # other than gpulse's collectors may send: validate() nulls and counts
+        # those readings instead of losing the node's whole sample.
+        try:
+            sample = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise MalformedSample(f"not JSON: {exc}") from None
+    return sample, validate(sample, now)
+
+
+def parse(raw: bytes | str, now: float | None = None) -> dict:
+    """Return the sample in ``raw``, or raise MalformedSample naming the problem."""
+    return read(raw, now)[0]

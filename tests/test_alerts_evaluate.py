@@ -303,3 +303,26 @@ def test_a_database_failure_is_logged_not_raised_and_it_recovers(rules, run, dja
         ev.evaluate(hot(90), now=T0)
     assert "alert evaluation failed" in caplog.text
     assert run(ev, hot(90), T0 + 1) == ["firing"]
+
+
+def test_one_proposal_that_cannot_be_written_does_not_stop_the_others(rules, run):
+    # The sample contract keeps a GPU index of -1 out of ingest; the evaluator must hold on its own.
+    rule = rules(metric="gpu.xid", comparison=">", threshold=0, for_seconds=0)
+    ev = AlertEvaluator()
+    state = cluster(("bad", UP, [gpu(-1, xid=[79])]), ("gpu-01", UP, [gpu(0, xid=[79])]))
+    assert run(ev, state, T0) == ["firing"]
+    assert alert_status(rule, node="gpu-01", gpu=0) == FIRING
+    assert ev.status()["ok"] and ev.status()["proposals_failed"] == 1
+    assert run(ev, cluster(("bad", UP, [gpu(-1, xid=[79])]), ("gpu-01", UP, [gpu(0)])), T0 + 1) == ["resolved"]
+    assert alert_status(rule, node="gpu-01", gpu=0) == RESOLVED
+
+
+def test_a_failing_evaluation_is_reported_until_one_runs_through(rules, django_db_blocker):
+    rules()
+    ev = AlertEvaluator(reload_every=0)
+    with django_db_blocker.block():
+        ev.evaluate(hot(90), now=T0)
+    status = ev.status()
+    assert not status["ok"] and status["failing_since"] == T0 and "Database access not allowed" in status["error"]
+    ev.evaluate(hot(90), now=T0 + 1)
+    assert ev.status()["ok"] and ev.status()["error"] is None

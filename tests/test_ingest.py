@@ -72,7 +72,7 @@ def test_a_malformed_entry_is_counted_and_skipped_without_losing_its_batch(redis
     assert ingest.read(block_ms=10) == 5
     ingest.emit(time.time())
     assert set(frames[0]["nodes"]) == {"good-1", "good-2"}
-    assert ingest.malformed == 3
+    assert ingest.rejected == 3
     assert "unknown sample version 7" in caplog.text
     assert "missing field 'gpus'" in caplog.text
     pending = redis_client.xpending(Keys().telemetry, INGEST_GROUP)

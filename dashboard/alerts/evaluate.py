@@ -14,12 +14,13 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
 from dashboard.alerts.conditions import CompiledRule, node_status_value
 from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition, fingerprint
 from dashboard.live.state import ClusterState
+from gpulse.ratelog import RateLimitedLog
 from gpulse.status import UP
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,10 @@ class AlertEvaluator:
         self._alert_ids: dict[tuple, int] = {}
         self._warned_nodes: set[str] = set()
         self._last_error_log = float("-inf")
+        self.failing_since: float | None = None  # when the latest run of failed evaluations began
+        self.last_error: str | None = None
+        self.proposals_failed = 0  # proposals that could not be committed, even on their own
+        self._proposal_errors = RateLimitedLog(log)
 
     # -- public -------------------------------------------------------------
 
@@ -117,12 +122,26 @@ class AlertEvaluator:
             proposals = self._propose(state, now, probes or {})
             proposals.update(orphans)
             if proposals:
-                self._commit(list(proposals.values()), now)
-        except Exception:
+                self._commit_isolated(list(proposals.values()), now)
+        except Exception as exc:
+            if self.failing_since is None:
+                self.failing_since = now
+            self.last_error = f"{type(exc).__name__}: {exc}"[:300]
             # Once a minute at most: a database outage would otherwise log every tick.
             if now - self._last_error_log >= ERROR_LOG_EVERY:
                 self._last_error_log = now
                 log.exception("alert evaluation failed; ingest continues and retries every tick")
+        else:
+            self.failing_since = self.last_error = None
+
+    def status(self) -> dict:
+        """Return whether the latest evaluation ran through; ingest's heartbeat carries it to /healthz."""
+        return {
+            "ok": self.failing_since is None,
+            "failing_since": self.failing_since,
+            "error": self.last_error,
+            "proposals_failed": self.proposals_failed,
+        }
 
     def firing_targets(self) -> set[tuple[str, int | None]]:
         """Return the (node, gpu index or None) targets with a firing alert; safe from another thread."""
@@ -257,6 +276,30 @@ class AlertEvaluator:
         return any(until > now and s.matches(rule_id, node, gpu) for s, until in self._silences)
 
     # -- persistence --------------------------------------------------------
+
+    def _commit_isolated(self, proposals: list[Proposal], now: float) -> None:
+        """Commit the proposals in one bulk transaction; should it fail, commit each in its own,
+        so one proposal that cannot be written never holds back the others."""
+        if len(proposals) > 1:
+            try:
+                self._commit(proposals, now)
+                return
+            except Exception:
+                log.debug("bulk alert commit failed; committing each proposal alone", exc_info=True)
+        committed = 0
+        for proposal in proposals:
+            try:
+                self._commit([proposal], now)
+                committed += 1
+            except Exception as exc:
+                self.proposals_failed += 1
+                self._proposal_errors.warning("alert %s for %s could not be committed: %r",
+                                              proposal.change, proposal.key, exc)
+        if not committed:
+            # Whether the proposals or the database are at fault: a database that
+            # does not answer raises here, and evaluation is reported failing.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
 
     def _commit(self, proposals: list[Proposal], now: float) -> None:
         token = uuid.uuid4().hex

@@ -6,5 +6,5 @@ from dashboard.live import api
 
 urlpatterns = [
     path("cluster", api.cluster, name="api-cluster"),
-    path("nodes/<str:name>", api.node, name="api-node"),
+    path("nodes/<path:name>", api.node, name="api-node"),
 ]

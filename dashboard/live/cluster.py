@@ -5,15 +5,24 @@ import time
 import orjson
 
 from dashboard.redis_client import redis_client
+from gpulse import schema
 from gpulse.keys import Keys
 from gpulse.status import DOWN, node_status
 
 
 def node_view(name: str, raw: bytes | None, seen: dict | None, now: float) -> dict:
-    """One node as the API shows it; a down node carries no GPU values."""
-    if raw is None:
+    """One node as the API shows it; a down node carries no GPU values.
+
+    Collectors write a node's key themselves: one the sample contract rejects
+    shows as down with the reason, never as an error page or a failed scrape.
+    """
+    try:
+        sample = schema.parse(raw, now) if raw is not None else None
+    except schema.MalformedSample as exc:
+        return {"node": name, "status": DOWN, "ts": seen["ts"] if seen else None, "gpus": [],
+                "error": f"latest sample rejected: {exc}"}
+    if sample is None:
         return {"node": name, "status": DOWN, "ts": seen["ts"] if seen else None, "gpus": []}
-    sample = orjson.loads(raw)
     return {
         "node": name,
         "status": node_status(sample["ts"], sample["interval"], now),

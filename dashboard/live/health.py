@@ -1,4 +1,8 @@
-"""/healthz: Redis, the database and ingest, each ok or failing with a reason."""
+"""/healthz: Redis, the database, ingest and alert evaluation, each ok or failing with a reason.
+
+Red only for gpulse's own faults: entries a node sends that the sample
+contract rejects are counted in the ingest detail, never a failure.
+"""
 
 import time
 
@@ -27,14 +31,15 @@ def check_database() -> tuple[bool, str]:
         return False, f"unreachable: {exc}"
 
 
-def check_ingest() -> tuple[bool, str]:
-    try:
-        raw = redis_client().get(Keys().ingest_heartbeat)
-    except Exception:
-        return False, "unknown: Redis unreachable"
-    if raw is None:
+def read_heartbeat() -> dict | None:
+    """Return ingest's latest heartbeat, None when there is none; raise when Redis does not answer."""
+    raw = redis_client().get(Keys().ingest_heartbeat)
+    return None if raw is None else orjson.loads(raw)
+
+
+def check_ingest(beat: dict | None) -> tuple[bool, str]:
+    if beat is None:
         return False, "not running: no heartbeat in the last minute"
-    beat = orjson.loads(raw)
     age = time.time() - beat["ts"]
     limit = settings.GPULSE_INGEST_MAX_LAG
     if age > limit:
@@ -42,10 +47,29 @@ def check_ingest() -> tuple[bool, str]:
     lag = beat.get("lag_max")
     if lag is not None and lag > limit:
         return False, f"lagging: newest samples are {lag:.1f} s old when sent"
-    return True, f"ok: lag {lag or 0:.2f} s, {beat['nodes']} nodes"
+    return True, f"ok: lag {lag or 0:.2f} s, {beat['nodes']} nodes, {beat.get('rejected', 0)} entries rejected"
+
+
+def check_alerts(beat: dict | None) -> tuple[bool, str]:
+    """The monitor of the monitor: red while ingest's alert evaluation fails."""
+    if beat is None:
+        return False, "unknown: ingest is not running"
+    alerts = beat.get("alerts")
+    if alerts is None:  # an ingest run without an evaluator (tests, tools)
+        return True, "not evaluated by this ingest"
+    if not alerts["ok"]:
+        return False, f"failing since {time.time() - alerts['failing_since']:.0f} s: {alerts['error']}"
+    return True, f"ok: {alerts['proposals_failed']} proposals failed"
 
 
 def health() -> tuple[bool, dict]:
-    checks = {"redis": check_redis(), "database": check_database(), "ingest": check_ingest()}
+    try:
+        beat = read_heartbeat()
+    except Exception:
+        unknown = (False, "unknown: Redis unreachable")
+        ingest = alerts = unknown
+    else:
+        ingest, alerts = check_ingest(beat), check_alerts(beat)
+    checks = {"redis": check_redis(), "database": check_database(), "ingest": ingest, "alerts": alerts}
     ok = all(passed for passed, _ in checks.values())
     return ok, {name: {"ok": passed, "detail": detail} for name, (passed, detail) in checks.items()}

@@ -24,6 +24,7 @@ from dashboard.live.rollups import RollupAccumulator
 from dashboard.live.state import ClusterState, NodeState
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, RECENT_POINTS, Keys
+from gpulse.ratelog import RateLimitedLog
 from gpulse.status import DOWN, UP
 
 log = logging.getLogger("gpulse.ingest")
@@ -88,7 +89,11 @@ class Ingest:
         self.last_reclaim = 0.0
         self.group_ready = False
         self.processed = 0
-        self.malformed = 0
+        self.rejected = 0  # entries refused by the sample contract, or that failed to apply
+        self.nulled = 0  # readings out of their range, set to null
+        self.stage_failures = 0  # per-tick database stages (summary, rollups) that raised
+        self.rejections = RateLimitedLog(log)
+        self.stage_errors = RateLimitedLog(log, limit=1)
         self.lags: list[float] = []
         self.latest_summary: dict = {}
 
@@ -107,7 +112,8 @@ class Ingest:
         known = self.redis.hgetall(self.keys.known_nodes)
         if not known:
             return
-        names = [name.decode() for name in known]
+        # Names an older ingest let in that the contract now refuses are left out.
+        names = [name for name in (raw.decode(errors="replace") for raw in known) if schema.valid_node_name(name)]
         self.probes.seed(names)
         latest = self.redis.mget([self.keys.node(name) for name in names])
         now = self.clock()
@@ -119,6 +125,11 @@ class Ingest:
             if sample is None:
                 seen = orjson.loads(known[name.encode()])
                 sample = {"v": 1, "node": name, "ts": seen["ts"], "interval": seen["interval"], "gpus": []}
+                try:
+                    schema.validate(sample)
+                except schema.MalformedSample as exc:
+                    log.warning("forgetting node %s: what Redis remembers of it is not valid: %s", name, exc)
+                    continue
             self.state.nodes[name] = NodeState(name, sample)
         self.state.refresh_statuses(now)
 
@@ -157,20 +168,32 @@ class Ingest:
                 return claimed
 
     def handle(self, entries: list) -> None:
-        """Apply each entry on its own: a malformed one is logged, counted and skipped."""
-        ids = []
-        for entry_id, fields in entries:
-            ids.append(entry_id)
-            if fields is None:  # trimmed away by MAXLEN before we got to it
-                continue
-            try:
-                sample = schema.parse(fields.get(b"s", b""))
-            except schema.MalformedSample as exc:
-                self.malformed += 1
-                log.warning("skipped malformed telemetry entry %s: %s", entry_id.decode(), exc)
-                continue
-            self.apply(sample)
-        self.redis.xack(self.keys.telemetry, INGEST_GROUP, *ids)
+        """Apply each entry on its own; a rejected one is logged (rate-limited), counted and skipped.
+
+        Every entry is acknowledged, whatever happened to the others: an entry
+        left pending would be reclaimed and fail again, forever.
+        """
+        try:
+            now = time.time()
+            for entry_id, fields in entries:
+                if fields is None:  # trimmed away by MAXLEN before we got to it
+                    continue
+                try:
+                    sample, nulled = schema.read(fields.get(b"s", b""), now)
+                except schema.MalformedSample as exc:
+                    self.reject(entry_id, exc)
+                    continue
+                self.nulled += nulled
+                try:
+                    self.apply(sample)
+                except Exception as exc:  # a valid sample ingest cannot take is a bug: log it, keep going
+                    self.reject(entry_id, exc, exc_info=True)
+        finally:
+            self.redis.xack(self.keys.telemetry, INGEST_GROUP, *(entry_id for entry_id, _ in entries))
+
+    def reject(self, entry_id: bytes, reason: Exception, exc_info: bool = False) -> None:
+        self.rejected += 1
+        self.rejections.warning("rejected telemetry entry %s: %s", entry_id.decode(), reason, exc_info=exc_info)
 
     def apply(self, sample: dict) -> None:
         self.processed += 1
@@ -268,8 +291,14 @@ class Ingest:
         pipe.execute()
         if self.evaluator is not None:
             self.evaluator.evaluate(self.state, now, probes=self.probes.busbw())
-        self.latest_summary = self.summary()
-        self.rollups.flush(now)
+        # The database stages must not stop the frames: a failure is logged,
+        # counted and retried next tick (rollups keep the rows they could not write).
+        try:
+            self.latest_summary = self.summary()
+            self.rollups.flush(now)
+        except Exception:
+            self.stage_failures += 1
+            self.stage_errors.log(logging.ERROR, "tick's database work failed; retrying next tick", exc_info=True)
         if self.sampled:
             self.last_data_frame = now
         self.sampled.clear()
@@ -282,7 +311,10 @@ class Ingest:
             "lag_p50": statistics.median(self.lags) if self.lags else None,
             "lag_max": max(self.lags) if self.lags else None,
             "processed": self.processed,
-            "malformed": self.malformed,
+            "rejected": self.rejected,
+            "nulled": self.nulled,
+            "stage_failures": self.stage_failures,
+            "alerts": self.evaluator.status() if self.evaluator is not None else None,
             "nodes": len(self.state.nodes),
             "nodes_down": down,
         }

@@ -124,6 +124,10 @@ class RollupAccumulator:
                 self.unwritten.popleft()
             rows += chunk
         if rows:
-            # ignore_conflicts: a second ingest consumer may have written the same minute.
-            GpuRollup.objects.bulk_create(rows, batch_size=self.ROWS_PER_FLUSH, ignore_conflicts=True)
+            try:
+                # ignore_conflicts: a second ingest consumer may have written the same minute.
+                GpuRollup.objects.bulk_create(rows, batch_size=self.ROWS_PER_FLUSH, ignore_conflicts=True)
+            except Exception:
+                self.unwritten.appendleft(iter(rows))  # written on a later flush, once the database answers
+                raise
         return len(rows)

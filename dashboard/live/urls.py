@@ -4,6 +4,6 @@ from dashboard.live import views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
-    path("nodes/<str:name>/", views.node_detail, name="node"),
+    path("nodes/<path:name>/", views.node_detail, name="node"),
     path("healthz", views.healthz, name="healthz"),
 ]

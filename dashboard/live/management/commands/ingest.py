@@ -39,4 +39,4 @@ class Command(BaseCommand):
             ingest.run(lambda: bool(stopping))
         finally:
             publisher.close()
-        log.info("ingest stopped after %d samples (%d malformed)", ingest.processed, ingest.malformed)
+        log.info("ingest stopped after %d samples (%d entries rejected)", ingest.processed, ingest.rejected)

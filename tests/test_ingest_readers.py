@@ -1,0 +1,94 @@
+"""What collectors and older ingests leave behind, read by the web: hostile node keys and names
+never turn a page, the API or /metrics into a 500; a failing alert evaluation turns /healthz red."""
+
+import time
+
+import orjson
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from dashboard.alerts.evaluate import AlertEvaluator
+from dashboard.alerts.models import Alert, Rule, fingerprint
+from dashboard.live.ingest import Ingest
+from gpulse import schema
+from gpulse.keys import Keys
+from tests.samples import sample
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice(client):
+    user = get_user_model().objects.create_user("alice", password="pw-alice-123")
+    client.force_login(user)
+    return user
+
+
+@pytest.fixture
+def hostile_cluster(redis_client):
+    """A good node, and a node whose collector wrote a key the sample contract rejects."""
+    keys, now = Keys(), time.time()
+    redis_client.set(keys.node("good"), schema.encode(sample("good", ts=now, interval=60)))
+    redis_client.set(keys.node("hostile"), schema.encode(sample("hostile", ts=now, interval=60, throttle=5)))
+    for name in ("good", "hostile"):
+        redis_client.hset(keys.known_nodes, name, orjson.dumps({"ts": now, "interval": 60}))
+    return redis_client
+
+
+def test_a_hostile_node_key_shows_as_down_with_its_reason_and_metrics_still_answer(client, alice, hostile_cluster):
+    nodes = {node["node"]: node for node in client.get("/api/v1/cluster").json()["nodes"]}
+    assert nodes["good"]["status"] == "up" and len(nodes["good"]["gpus"]) == 2
+    assert nodes["hostile"]["status"] == "down" and nodes["hostile"]["gpus"] == []
+    assert "'throttle' is not a list" in nodes["hostile"]["error"]
+    assert client.get("/nodes/hostile/").status_code == 200
+    assert client.get("/api/v1/nodes/hostile").json()["status"] == "down"
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    ups = {s.labels["node"]: s.value for f in text_string_to_metric_families(response.content.decode())
+           for s in f.samples if s.name == "gpulse_node_up"}
+    assert ups == {"good": 1, "hostile": 0}
+
+
+def test_an_alert_on_a_node_named_with_a_slash_does_not_break_the_alerts_page(client, alice):
+    rule = Rule.objects.create(name="hot", metric="gpu.temp", threshold=85)
+    Alert.objects.create(fingerprint=fingerprint(rule.id, "a/b", 0), rule=rule, node="a/b", gpu=0,
+                         status="firing", status_since=timezone.now())
+    response = client.get("/alerts/")
+    assert response.status_code == 200
+    assert b'href="/nodes/a/b/"' in response.content
+    assert client.get("/nodes/a/b/").status_code == 404  # no data under that name: a clean 404, not a 500
+
+
+def test_healthz_turns_red_while_alert_evaluation_fails(client, redis_client, django_db_blocker):
+    # reload_every=0: the evaluator reads its rules from the database every tick.
+    ingest = Ingest(redis_client, lambda frame: True, evaluator=AlertEvaluator(reload_every=0))
+    ingest.emit(time.time())
+    assert client.get("/healthz").json()["checks"]["alerts"]["ok"]
+    with django_db_blocker.block():  # the evaluator's database stops answering
+        ingest.emit(time.time())
+        ingest.emit(time.time())  # the heartbeat carries the previous tick's evaluation
+    body = client.get("/healthz").json()
+    assert not body["ok"] and not body["checks"]["alerts"]["ok"]
+    assert "failing since" in body["checks"]["alerts"]["detail"]
+    beat = orjson.loads(redis_client.get(Keys().ingest_heartbeat))
+    assert beat["alerts"]["error"]
+    ingest.emit(time.time())
+    ingest.emit(time.time())
+    assert client.get("/healthz").json()["checks"]["alerts"]["ok"]
+
+
+def test_rejected_entries_are_a_number_on_healthz_and_a_counter_on_metrics_never_red(client, alice, redis_client):
+    ingest = Ingest(redis_client, lambda frame: True, evaluator=AlertEvaluator())
+    redis_client.xadd(Keys().telemetry, {"s": schema.encode(sample("n1", throttle=1))})
+    redis_client.xadd(Keys().telemetry, {"s": schema.encode(sample("n1", util=1e19))})
+    ingest.read(block_ms=10)
+    ingest.emit(time.time())
+    body = client.get("/healthz").json()
+    assert body["checks"]["ingest"]["ok"] and body["checks"]["alerts"]["ok"]
+    assert "1 entries rejected" in body["checks"]["ingest"]["detail"]
+    counters = {s.name: s.value for f in text_string_to_metric_families(client.get("/metrics").content.decode())
+                for s in f.samples if s.name.startswith(("gpulse_ingest_", "gpulse_alert_evaluation"))}
+    assert counters == {"gpulse_ingest_rejected_entries_total": 1, "gpulse_ingest_nulled_readings_total": 2,
+                        "gpulse_alert_evaluation_ok": 1}
