@@ -7,9 +7,9 @@ import redis
 
 from gpulse.keys import Keys
 from workers import job_events
-from workers.allreduce import SweepSpec
 from workers.celery_app import BENCHMARK_HARD_LIMIT, app
 from workers.launcher import run_node
+from workers.sweep_spec import SweepSpec
 
 log = logging.getLogger(__name__)
 
