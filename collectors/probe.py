@@ -30,8 +30,8 @@ def probe_once(node: str, max_bytes: int, ranks: int | None, timeout: float,
                cancel: Callable[[], bool] | None = None) -> dict:
     """Run one probe on this machine and return its result record."""
     # Imported here: torch loads only in processes that probe.
-    from workers.allreduce import SweepSpec
     from workers.launcher import run_node
+    from workers.sweep_spec import SweepSpec
 
     spec = SweepSpec(backend="auto", min_bytes=max(1024, max_bytes // 16), max_bytes=max_bytes,
                      warmup=2, iters=5, ranks_per_node=ranks, timeout=timeout)

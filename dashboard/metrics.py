@@ -26,12 +26,13 @@ from prometheus_client.exposition import choose_encoder
 from dashboard.accounts.metrics_token import presents_metrics_token
 from dashboard.alerts.evaluate import firing_count
 from dashboard.alerts.models import STATUSES, Transition
-from dashboard.benchmarks.models import BenchmarkJob, JobStatus
+from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.live.cluster import read_cluster
 from dashboard.live.health import read_heartbeat
 from gpulse.schema import GPU_METRICS
 from gpulse.status import NODE_STATUSES, UP
 from gpulse.throttle import THROTTLE_REASONS
+from workers.job_status import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ def node_families(nodes: list[dict]):
 def benchmark_families():
     counts = dict(BenchmarkJob.objects.values_list("status").annotate(n=Count("id")))
     jobs = GaugeMetricFamily("gpulse_benchmark_jobs", "benchmark jobs by status", labels=["status"])
-    for status in JobStatus.values:
+    for status in JobStatus:
         jobs.add_metric([status], counts.get(status, 0))
     yield jobs
     busbw = GaugeMetricFamily(

@@ -139,6 +139,8 @@ GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)
 GPULSE_RENDEZVOUS_ADDR = env_str("GPULSE_RENDEZVOUS_ADDR", "")
 GPULSE_RENDEZVOUS_PORTS = tuple(int(p) for p in env_str("GPULSE_RENDEZVOUS_PORTS", "29500-29999").split("-"))
 GPULSE_BENCHMARK_RATE = env_str("GPULSE_BENCHMARK_RATE", "10/600")
+# The largest message a launch may ask for, in bytes (8 GiB: two buffers fit a GPU).
+GPULSE_BENCHMARK_MAX_BYTES = int(env_float("GPULSE_BENCHMARK_MAX_BYTES", 8 << 30))
 
 # Webhooks: loopback, private, link-local and other non-global targets are
 # refused unless allowed, all of them or a list of networks (CIDR).

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from collectors.arguments import positive_int
 from devtools.redis_server import free_port
-from workers.allreduce import DTYPES, SweepSpec, busbw, parse_size, sweep_sizes
 from workers.launcher import run_node
+from workers.sweep_spec import DTYPES, SweepSpec, busbw, parse_size, sweep_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 

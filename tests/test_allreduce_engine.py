@@ -10,8 +10,9 @@ import psutil
 import pytest
 import torch
 
-from workers.allreduce import SweepSpec
-from workers.launcher import CANCELLED, FAILED, SUCCEEDED, TIMED_OUT, run_node
+from workers.job_status import JobStatus
+from workers.launcher import run_node
+from workers.sweep_spec import SweepSpec
 
 SMALL = {"backend": "gloo", "min_bytes": 1024, "max_bytes": 16384, "warmup": 1, "iters": 3}
 
@@ -43,7 +44,7 @@ def test_two_gloo_ranks_reduce_correctly_and_stream_their_rows():
     streamed = []
     result = run_node(SweepSpec(ranks_per_node=2, **SMALL), on_row=streamed.append)
 
-    assert result.status == SUCCEEDED and result.reason is None
+    assert result.status == JobStatus.SUCCEEDED and result.reason is None
     assert streamed == result.rows
     assert [(row.size, row.inplace) for row in result.rows] == [
         (size, inplace) for size in (1024, 2048, 4096, 8192, 16384) for inplace in (False, True)]
@@ -61,7 +62,7 @@ def test_two_gloo_ranks_reduce_correctly_and_stream_their_rows():
 def test_a_corrupted_rank_buffer_is_counted_as_wrong():
     result = run_node(SweepSpec(ranks_per_node=2, corrupt_rank=1, **SMALL))
 
-    assert result.status == SUCCEEDED
+    assert result.status == JobStatus.SUCCEEDED
     # One element off, seen by both ranks after the reduction.
     assert [row.wrong for row in result.rows] == [2] * len(result.rows)
 
@@ -70,7 +71,7 @@ def test_half_precision_sums_are_checked_exactly():
     # bfloat16 goes through the same path in the CLI's JSON test.
     result = run_node(SweepSpec(ranks_per_node=2, dtype="float16", **SMALL))
 
-    assert result.status == SUCCEEDED
+    assert result.status == JobStatus.SUCCEEDED
     assert {row.type for row in result.rows} == {"half"}
     assert [row.count for row in result.rows][:2] == [512, 512]
     assert all(row.wrong == 0 for row in result.rows)
@@ -79,7 +80,7 @@ def test_half_precision_sums_are_checked_exactly():
 def test_one_rank_reports_zero_busbw_and_no_count_when_unchecked():
     result = run_node(SweepSpec(ranks_per_node=1, check=False, **SMALL))
 
-    assert result.status == SUCCEEDED
+    assert result.status == JobStatus.SUCCEEDED
     assert all(row.busbw == 0 and row.algbw > 0 and row.wrong is None for row in result.rows)
 
 
@@ -95,7 +96,7 @@ def test_a_killed_rank_fails_the_job_with_its_reason():
     spec = SweepSpec(ranks_per_node=2, timeout=60, **{**SMALL, "max_bytes": 1 << 20})
     result = run_node(spec, on_row=kill_rank_one)
 
-    assert result.status == FAILED
+    assert result.status == JobStatus.FAILED
     assert result.reason.startswith("rank 1 exited with code -9 (SIGKILL)")
     assert result.duration_s < 20
 
@@ -107,7 +108,7 @@ def test_a_node_that_never_comes_times_out_with_who_is_missing():
     began = time.monotonic()
     result = run_node(spec)
 
-    assert result.status == TIMED_OUT
+    assert result.status == JobStatus.TIMED_OUT
     assert result.reason == f"timed out after 4 s waiting for 1 of 2 ranks to join the rendezvous at 127.0.0.1:{port}"
     assert 4 <= time.monotonic() - began < 8
 
@@ -117,7 +118,7 @@ def test_a_node_whose_master_never_comes_times_out():
     spec = SweepSpec(nnodes=2, node_rank=1, ranks_per_node=1, master_port=port, timeout=1, **SMALL)
     result = run_node(spec)
 
-    assert result.status == TIMED_OUT
+    assert result.status == JobStatus.TIMED_OUT
     assert result.reason == f"timed out after 1 s waiting for the rendezvous at 127.0.0.1:{port}"
     assert result.duration_s < 5
 
@@ -134,7 +135,7 @@ def test_cancel_stops_the_ranks_promptly():
     spec = SweepSpec(ranks_per_node=2, timeout=60, **{**SMALL, "max_bytes": 1 << 20, "iters": 20})
     result = run_node(spec, on_row=cancel_on_first_row, cancel=cancel)
 
-    assert result.status == CANCELLED
+    assert result.status == JobStatus.CANCELLED
     assert result.reason == "cancelled before the sweep finished"
     assert len(result.rows) < 22  # cancel is asked after each row, not only twice a second
     assert time.monotonic() - cancelled_at[0] < 5
@@ -147,7 +148,7 @@ def test_a_rendezvous_port_in_use_fails_clearly():
         port = taken.getsockname()[1]
         result = run_node(SweepSpec(nnodes=2, ranks_per_node=1, master_port=port, **SMALL))
 
-    assert result.status == FAILED
+    assert result.status == JobStatus.FAILED
     assert result.reason.startswith(f"cannot host the rendezvous on port {port}: ")
     assert "address already in use" in result.reason
 
@@ -156,7 +157,7 @@ def test_a_rendezvous_port_in_use_fails_clearly():
 def test_nccl_without_gpus_fails_with_a_reason():
     result = run_node(SweepSpec(backend="nccl", ranks_per_node=1))
 
-    assert result.status == FAILED
+    assert result.status == JobStatus.FAILED
     assert result.reason == "backend nccl needs CUDA GPUs and this node has none: use gloo or auto"
 
 
@@ -164,7 +165,7 @@ def test_nccl_without_gpus_fails_with_a_reason():
 def test_nccl_ranks_one_per_gpu_reduce_correctly():
     result = run_node(SweepSpec(backend="auto", min_bytes=1024, max_bytes=1 << 20, warmup=1, iters=3))
 
-    assert result.status == SUCCEEDED
+    assert result.status == JobStatus.SUCCEEDED
     assert result.spec.backend == "nccl" and result.spec.ranks_per_node == torch.cuda.device_count()
     assert result.versions["nccl"] and result.versions["cuda"]
     assert all(row.wrong == 0 for row in result.rows)

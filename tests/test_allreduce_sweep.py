@@ -1,11 +1,18 @@
 """The sweep's arithmetic, sizes, parameters and data pattern (no processes)."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from workers.allreduce import DTYPES, Row, SpecError, SweepSpec, algbw, busbw, parse_size, pattern_for, sweep_sizes
+from workers.allreduce import pattern_for
 from workers.report import footer_lines, row_line
+from workers.sweep_spec import DTYPES, Row, SpecError, SweepSpec, algbw, busbw, format_size, parse_size, sweep_sizes
 
 MiB = 1 << 20
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_algbw_is_bytes_per_second_in_decimal_gigabytes():
@@ -33,10 +40,33 @@ def test_it_parses_sizes_with_binary_suffixes(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "1X", "-1K", "1.5M", "M", "1 T"])
+@pytest.mark.parametrize("text", ["", "1X", "-1K", "1.5M", "M", "1 T", "9" * 5000])
 def test_it_refuses_bad_sizes_with_an_example(text):
     with pytest.raises(SpecError, match="e.g. 64M"):
         parse_size(text)
+
+
+def test_a_bad_size_is_quoted_short():
+    with pytest.raises(SpecError) as refused:
+        parse_size("9" * 5000)
+    assert len(str(refused.value)) < 200
+
+
+@pytest.mark.parametrize("size, text", [(8 << 30, "8G"), (1 << 20, "1M"), (1536, "1536"), (3 << 10, "3K"), (0, "0")])
+def test_format_size_is_the_inverse_of_parse_size(size, text):
+    assert format_size(size) == text and parse_size(text) == size
+
+
+def test_the_web_side_of_a_sweep_loads_neither_torch_nor_the_rank_runtime():
+    # The web and the control worker import the spec, the statuses, the
+    # report and the benchmark views; the ranks' runtime and torch stay out.
+    code = ("import sys, django; django.setup(); "
+            "import workers.sweep_spec, workers.job_status, workers.report; "
+            "import dashboard.benchmarks.api, dashboard.benchmarks.views, dashboard.benchmarks.tasks; "
+            "print(sorted({'torch', 'workers.allreduce', 'workers.launcher'} & set(sys.modules)))")
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="dashboard.settings")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr
 
 
 def test_sweep_sizes_step_by_the_factor_up_to_max():

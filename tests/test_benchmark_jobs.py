@@ -208,3 +208,93 @@ def test_the_cli_names_the_nodes_that_are_up_when_one_is_not(live_nodes):
 
     with pytest.raises(CommandError, match=r"nodes up now: bench-a, bench-b"):
         call_command("allreduce", "--nodes", "bench-a,ghost", "--backend", "gloo")
+
+
+def form_post(client, **fields):
+    return client.post("/benchmarks/", {**{k: str(v) for k, v in SMALL.items()}, "step_factor": "2",
+                                        "correctness_check": "on", **fields})
+
+
+@pytest.mark.parametrize("max_bytes", ["1000000G", str(2**63), 2**63, "9" * 5000])
+def test_a_message_size_past_the_configured_cap_gets_400_not_a_job(client, operator, live_nodes, max_bytes):
+    client.force_login(operator)
+    response = post(client, nodes=live_nodes, **{**SMALL, "max_bytes": max_bytes})
+    assert response.status_code == 400, response.content
+    assert "max_bytes" in response.json()["fields"]
+    assert BenchmarkJob.objects.count() == 0
+
+
+def test_the_cap_comes_from_the_setting_and_the_message_names_it(client, operator, live_nodes, settings):
+    settings.GPULSE_BENCHMARK_MAX_BYTES = 1 << 20
+    client.force_login(operator)
+    response = post(client, nodes=live_nodes, **{**SMALL, "max_bytes": "2M"})
+    assert response.status_code == 400
+    message = response.json()["fields"]["max_bytes"][0]
+    assert "1M" in message and "GPULSE_BENCHMARK_MAX_BYTES" in message
+    response = form_post(client, nodes=live_nodes, min_bytes="2M", max_bytes="2M")
+    assert response.status_code == 400 and "GPULSE_BENCHMARK_MAX_BYTES" in response.content.decode()
+    assert BenchmarkJob.objects.count() == 0
+
+
+@pytest.mark.parametrize("field, value", [
+    ("ranks_per_node", 65), ("ranks_per_node", 10**30), ("ranks_per_node", 0),
+    ("iters", 10**6), ("iters", 0), ("iters", 1.5), ("warmup_iters", -1), ("warmup_iters", 10**6),
+    ("step_factor", 1), ("step_factor", 17), ("step_factor", 10**30),
+    ("timeout_seconds", 5), ("timeout_seconds", 10**9), ("timeout_seconds", float("inf")),
+    ("min_bytes", "0"), ("min_bytes", -1),
+])
+def test_every_numeric_field_is_bounded_with_a_400(client, operator, live_nodes, field, value):
+    client.force_login(operator)
+    response = post(client, nodes=live_nodes, **{**SMALL, field: value})
+    assert response.status_code == 400, response.content
+    assert response.json()["fields"], "the answer names what to correct"
+    assert BenchmarkJob.objects.count() == 0
+
+
+def test_a_node_listed_twice_gets_400(client, operator, live_nodes):
+    client.force_login(operator)
+    response = post(client, nodes=["bench-a", "bench-b", "bench-a"], **SMALL)
+    assert response.status_code == 400
+    assert "bench-a is listed twice" in response.json()["fields"]["nodes"][0]
+    response = form_post(client, nodes=["bench-a", "bench-a"])
+    assert response.status_code == 400 and "bench-a is listed twice" in response.content.decode()
+    assert BenchmarkJob.objects.count() == 0
+
+
+@pytest.fixture
+def other_operator(db):
+    user = get_user_model().objects.create_user("oscar", password="pw-oscar-123")
+    user.user_permissions.add(Permission.objects.get(codename="launch_benchmark"))
+    return user
+
+
+def queued_job(user) -> BenchmarkJob:
+    return BenchmarkJob.objects.create(created_by=user, nodes=["bench-a"], ranks_per_node=1, min_bytes=1,
+                                       max_bytes=2)
+
+
+def test_only_the_launcher_may_cancel_a_job(client, operator, other_operator):
+    job = queued_job(operator)
+    client.force_login(other_operator)
+    response = client.post(f"/api/v1/benchmarks/{job.pk}/cancel")
+    assert response.status_code == 403
+    assert "benchmarks.cancel_any_benchmark" in response.json()["error"]
+    assert client.post(f"/benchmarks/{job.pk}/cancel/").status_code == 403
+    assert "id=\"cancel\"" not in client.get(f"/benchmarks/{job.pk}/").content.decode()
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED
+    client.force_login(operator)
+    assert "id=\"cancel\"" in client.get(f"/benchmarks/{job.pk}/").content.decode()
+    response = client.post(f"/api/v1/benchmarks/{job.pk}/cancel")
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+
+
+def test_a_holder_of_cancel_any_may_cancel_anyones_job(client, operator, viewer):
+    viewer.user_permissions.add(Permission.objects.get(codename="cancel_any_benchmark"))
+    first, second = queued_job(operator), queued_job(None)
+    client.force_login(viewer)
+    assert client.post(f"/api/v1/benchmarks/{first.pk}/cancel").json()["status"] == "cancelled"
+    response = client.post(f"/benchmarks/{second.pk}/cancel/")
+    assert response.status_code == 302
+    second.refresh_from_db()
+    assert second.status == JobStatus.CANCELLED

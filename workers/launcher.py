@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workers.allreduce import ARRIVED_KEY, Row, SpecError, SweepSpec
-
-SUCCEEDED, FAILED, CANCELLED, TIMED_OUT = "succeeded", "failed", "cancelled", "timed_out"
+from workers.allreduce import ARRIVED_KEY
+from workers.job_status import JobStatus
+from workers.sweep_spec import Row, SpecError, SweepSpec
 
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 _POLL_S = 0.05
@@ -52,7 +52,7 @@ _TERMINATE_GRACE_S = 3.0
 
 @dataclass
 class NodeResult:
-    status: str  # succeeded | failed | cancelled | timed_out
+    status: JobStatus  # succeeded, failed, cancelled or timed_out
     reason: str | None  # one line for a person; None when succeeded
     spec: SweepSpec
     rows: list[Row] = field(default_factory=list)  # rank 0's, so only node 0 has any
@@ -61,7 +61,7 @@ class NodeResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == SUCCEEDED
+        return self.status == JobStatus.SUCCEEDED
 
     def to_dict(self) -> dict:
         return {"status": self.status, "reason": self.reason, "spec": self.spec.to_dict(),
@@ -214,7 +214,7 @@ def run_node(spec: SweepSpec, on_row: Callable[[Row], None] | None = None,
     try:
         spec = resolve_spec(spec)
     except SpecError as exc:
-        return NodeResult(FAILED, str(exc), spec, duration_s=time.monotonic() - started)
+        return NodeResult(JobStatus.FAILED, str(exc), spec, duration_s=time.monotonic() - started)
     versions = collect_versions()
     store = None
     if spec.node_rank == 0:
@@ -222,7 +222,7 @@ def run_node(spec: SweepSpec, on_row: Callable[[Row], None] | None = None,
             store = _host_rendezvous(spec)
         except RuntimeError as exc:
             reason = f"cannot host the rendezvous on port {spec.master_port}: {exc}".splitlines()[0]
-            return NodeResult(FAILED, reason, spec, versions=versions, duration_s=time.monotonic() - started)
+            return NodeResult(JobStatus.FAILED, reason, spec, versions=versions, duration_s=time.monotonic() - started)
         spec = dataclasses.replace(spec, master_port=store.port)
     ranks: list[_Rank] = []
     rows: list[Row] = []
@@ -249,7 +249,7 @@ def _host_rendezvous(spec: SweepSpec):
                          wait_for_workers=False, timeout=datetime.timedelta(seconds=spec.timeout))
 
 
-def _supervise(spec, ranks, store, rows, on_row, cancelled, deadline) -> tuple[str, str | None]:
+def _supervise(spec, ranks, store, rows, on_row, cancelled, deadline) -> tuple[JobStatus, str | None]:
     first_failure = None
     next_cancel_poll = 0.0
     rows_seen = 0
@@ -278,18 +278,18 @@ def _supervise(spec, ranks, store, rows, on_row, cancelled, deadline) -> tuple[s
             first_failure = first_failure or now
             everyone_exited = all(rank.exit_code is not None for rank in ranks)
             if everyone_exited or now - first_failure > _FAILURE_GRACE_S or now >= deadline:
-                return FAILED, _failure_reason(failed)
+                return JobStatus.FAILED, _failure_reason(failed)
             continue  # a failure is the better reason than a cancel or a timeout
         if all(rank.done and rank.exit_code == 0 for rank in ranks):
-            return SUCCEEDED, None
+            return JobStatus.SUCCEEDED, None
         # Also ask after each row: a caller may decide to stop on what it saw.
         if time.monotonic() >= next_cancel_poll or len(rows) > rows_seen:
             rows_seen = len(rows)
             if cancelled():
-                return CANCELLED, "cancelled before the sweep finished"
+                return JobStatus.CANCELLED, "cancelled before the sweep finished"
             next_cancel_poll = time.monotonic() + _CANCEL_POLL_S
         if time.monotonic() >= deadline:
-            return TIMED_OUT, _timeout_reason(spec, ranks, store, rows)
+            return JobStatus.TIMED_OUT, _timeout_reason(spec, ranks, store, rows)
 
 
 def _decode(line: bytes) -> dict:

@@ -4,10 +4,10 @@ import logging
 
 from gpulse.keys import Keys
 from workers import job_events
-from workers.allreduce import SweepSpec
 from workers.celery_app import BENCHMARK_HARD_LIMIT, app
 from workers.launcher import run_node
 from workers.redis_client import redis_client
+from workers.sweep_spec import SweepSpec
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ size (out-of-place, then in-place), the closing summary; or as JSON."""
 
 from __future__ import annotations
 
-from workers.allreduce import Row, SweepSpec
+from workers.sweep_spec import Row, SweepSpec
 
 _HEAD = "# %10s  %12s  %8s  %6s  %6s" + "  %7s  %6s  %6s  %6s" * 2
 _LINE = "%12d  %12d  %8s  %6s  %6d"
@@ -68,18 +68,6 @@ def footer_lines(rows: list[Row]) -> list[str]:
     wrong = wrong_total(rows)
     verdict = "N/A (check off)" if wrong is None else f"{wrong} {'FAILED' if wrong else 'OK'}"
     return [f"# Out of bounds values : {verdict}", f"# Avg bus bandwidth    : {avg_busbw(rows):g}"]
-
-
-def pair_rows(rows: list[Row]) -> list[tuple[Row, Row]]:
-    """Return (out-of-place, in-place) per size, in the order they were measured."""
-    outplace = {row.size: row for row in rows if not row.inplace}
-    return [(outplace[row.size], row) for row in rows if row.inplace and row.size in outplace]
-
-
-def format_table(spec: SweepSpec, versions: dict, rows: list[Row]) -> str:
-    lines = header_lines(spec, versions)
-    lines += [row_line(outplace, inplace) for outplace, inplace in pair_rows(rows)]
-    return "\n".join(lines + footer_lines(rows))
 
 
 def to_json(spec: SweepSpec, versions: dict, rows: list[Row]) -> dict:

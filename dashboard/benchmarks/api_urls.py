@@ -1,10 +1,12 @@
+"""JSON routes, mounted by the project under "api/v1/"."""
+
 from django.urls import path
 
-from dashboard.benchmarks import views
+from dashboard.benchmarks import api
 
 app_name = "benchmarks-api"
 urlpatterns = [
-    path("benchmarks", views.api_jobs, name="list"),
-    path("benchmarks/<int:pk>", views.api_job, name="detail"),
-    path("benchmarks/<int:pk>/cancel", views.api_job_cancel, name="cancel"),
+    path("benchmarks", api.job_list, name="list"),
+    path("benchmarks/<int:pk>", api.job_detail, name="detail"),
+    path("benchmarks/<int:pk>/cancel", api.job_cancel, name="cancel"),
 ]

@@ -5,12 +5,13 @@ import time
 from django.core.management.base import CommandError
 
 from dashboard.benchmarks.launch import LaunchForm, Refusal, launch
-from dashboard.benchmarks.models import ACTIVE, BenchmarkJob
+from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.tasks import REPORT_GRACE_S
 from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
 from workers import job_events
-from workers.allreduce import Row
+from workers.job_status import ACTIVE
+from workers.sweep_spec import Row
 
 
 def launch_job(options: dict) -> BenchmarkJob:

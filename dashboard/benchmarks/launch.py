@@ -8,23 +8,36 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from dashboard.benchmarks.models import BenchmarkJob, JobStatus
+from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.tasks import finish, start_job
 from dashboard.live.cluster import read_cluster
-from workers.allreduce import BACKENDS, DTYPES, SpecError, SweepSpec, parse_size
 from workers.celery_app import BENCHMARK_HARD_LIMIT
+from workers.job_status import JobStatus
+from workers.sweep_spec import BACKENDS, DTYPES, SpecError, format_size, parse_size
 
 # The job's limit must end before Celery's hard limit kills its tasks.
 MAX_TIMEOUT = BENCHMARK_HARD_LIMIT - 300
 
 
 class SizeField(forms.CharField):
+    """A message size such as "16M", at most GPULSE_BENCHMARK_MAX_BYTES."""
+
     def to_python(self, value):
         value = super().to_python(value)
         try:
             return parse_size(value)
         except SpecError as exc:
             raise forms.ValidationError(str(exc)) from None
+
+    def validate(self, value):
+        super().validate(value)
+        # Every rank allocates buffers of the largest size: past the cap a
+        # node runs out of memory (and past 2^63 the database cannot store it).
+        cap = settings.GPULSE_BENCHMARK_MAX_BYTES
+        if value > cap:
+            raise forms.ValidationError(
+                f"{format_size(value)} is over this site's limit of {format_size(cap)} per message"
+                " (GPULSE_BENCHMARK_MAX_BYTES): every rank holds buffers of the largest size")
 
 
 class LaunchForm(forms.Form):
@@ -45,6 +58,14 @@ class LaunchForm(forms.Form):
         self.cluster = {n["node"]: n for n in (cluster if cluster is not None else read_cluster())}
         self.fields["nodes"].choices = [(name, name) for name, n in self.cluster.items() if n["status"] == "up"]
 
+    def clean_nodes(self):
+        nodes = self.cleaned_data["nodes"]
+        twice = sorted({name for name in nodes if nodes.count(name) > 1})
+        if twice:
+            verb = "is" if len(twice) == 1 else "are"
+            raise forms.ValidationError(f"{', '.join(twice)} {verb} listed twice: each node takes part once")
+        return nodes
+
     def clean(self):
         data = super().clean()
         if self.errors:
@@ -53,12 +74,7 @@ class LaunchForm(forms.Form):
             gpus = min(len(self.cluster[name]["gpus"]) for name in data["nodes"])
             data["ranks_per_node"] = max(gpus, 1)
         try:
-            SweepSpec(
-                backend=data["backend"], dtype=data["dtype"], min_bytes=data["min_bytes"], max_bytes=data["max_bytes"],
-                factor=data["step_factor"], warmup=data["warmup_iters"], iters=data["iters"],
-                nnodes=len(data["nodes"]), ranks_per_node=data["ranks_per_node"], master_port=1,
-                timeout=data["timeout_seconds"],
-            )
+            BenchmarkJob(**data).sweep_spec()
         except SpecError as exc:
             raise forms.ValidationError(str(exc)) from None
         return data

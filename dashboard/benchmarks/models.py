@@ -2,17 +2,11 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Count, Q
 
+from workers.job_status import ACTIVE, JobStatus
+from workers.sweep_spec import SweepSpec
 
-class JobStatus(models.TextChoices):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    TIMED_OUT = "timed_out"
-
-
-ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
+LAUNCH_PERMISSION = "benchmarks.launch_benchmark"
+CANCEL_ANY_PERMISSION = "benchmarks.cancel_any_benchmark"
 
 
 class BenchmarkJobQuerySet(models.QuerySet):
@@ -34,7 +28,7 @@ class BenchmarkJob(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
-    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    status = models.CharField(max_length=16, choices=[(status.value, status.label) for status in JobStatus], default=JobStatus.QUEUED)
     reason = models.TextField(blank=True, help_text="why the job failed, timed out or was cancelled")
 
     nodes = models.JSONField(help_text="node names, rank order")
@@ -58,13 +52,33 @@ class BenchmarkJob(models.Model):
 
     class Meta:
         ordering = ["-created"]
-        permissions = [("launch_benchmark", "Can launch all-reduce benchmarks")]
+        permissions = [
+            ("launch_benchmark", "Can launch all-reduce benchmarks"),
+            ("cancel_any_benchmark", "Can cancel benchmarks launched by others"),
+        ]
 
     @property
     def duration(self) -> float | None:
         if self.started and self.finished:
             return (self.finished - self.started).total_seconds()
         return None
+
+    def sweep_spec(self, node_rank: int = 0, master_addr: str = "127.0.0.1", master_port: int = 1) -> SweepSpec:
+        """Return node node_rank's share of this job; raises SpecError if a value is invalid.
+
+        Before the rendezvous is chosen (validating a launch, printing a
+        header) the default port 1 stands in: a multi-node spec needs one.
+        """
+        return SweepSpec(
+            backend=self.backend, dtype=self.dtype, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
+            factor=self.step_factor, warmup=self.warmup_iters, iters=self.iters, check=self.correctness_check,
+            nnodes=len(self.nodes), node_rank=node_rank, ranks_per_node=self.ranks_per_node,
+            master_addr=master_addr, master_port=master_port, timeout=float(self.timeout_seconds),
+        )
+
+    def may_be_cancelled_by(self, user) -> bool:
+        """Whether user may cancel this job: its launcher, or a holder of cancel_any_benchmark."""
+        return (self.created_by_id is not None and self.created_by_id == user.pk) or user.has_perm(CANCEL_ANY_PERMISSION)
 
     def __str__(self):
         return f"job {self.pk} {self.status} on {','.join(self.nodes)}"

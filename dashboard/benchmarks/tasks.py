@@ -5,14 +5,15 @@ import time
 
 from django.utils import timezone
 
-from dashboard.benchmarks.models import BenchmarkJob, JobStatus
+from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.rendezvous import choose_rendezvous
 from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
 from workers import job_events
-from workers.allreduce import Row
-from workers.report import avg_busbw
 from workers.celery_app import BENCHMARK_HARD_LIMIT, CONTROL_QUEUE, app, node_queue
+from workers.job_status import JobStatus
+from workers.report import avg_busbw
+from workers.sweep_spec import Row
 
 log = logging.getLogger(__name__)
 
@@ -22,25 +23,8 @@ REPORT_GRACE_S = 30
 
 
 def node_specs(job: BenchmarkJob, addr: str, port: int) -> list[dict]:
-    return [
-        {
-            "backend": job.backend,
-            "dtype": job.dtype,
-            "min_bytes": job.min_bytes,
-            "max_bytes": job.max_bytes,
-            "factor": job.step_factor,
-            "warmup": job.warmup_iters,
-            "iters": job.iters,
-            "check": job.correctness_check,
-            "nnodes": len(job.nodes),
-            "node_rank": rank,
-            "ranks_per_node": job.ranks_per_node,
-            "master_addr": addr,
-            "master_port": port,
-            "timeout": float(job.timeout_seconds),
-        }
-        for rank in range(len(job.nodes))
-    ]
+    """Return each node's SweepSpec, as the dict its task carries, in rank order."""
+    return [job.sweep_spec(rank, addr, port).to_dict() for rank in range(len(job.nodes))]
 
 
 def claim_and_dispatch(job_id: int) -> tuple[BenchmarkJob, bool]:

@@ -5,7 +5,8 @@ import datetime as dt
 from django.db.models import Avg, Count, F, Q
 from django.utils import timezone
 
-from dashboard.benchmarks.models import BenchmarkJob, JobStatus
+from dashboard.benchmarks.models import BenchmarkJob
+from workers.job_status import JobStatus
 
 
 def job_throughput(recent: int = 50) -> dict:

@@ -1,48 +1,13 @@
-import json
-
 from django.contrib import messages
-from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
-from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.accounts.audit import audit
-from dashboard.benchmarks.launch import LaunchForm, Refusal, cancel, launch
-from dashboard.benchmarks.models import BenchmarkJob
+from dashboard.benchmarks.api import cancel_refused, job_json
+from dashboard.benchmarks.launch import LaunchForm, cancel, launch
+from dashboard.benchmarks.models import LAUNCH_PERMISSION, BenchmarkJob
 from dashboard.benchmarks.throughput import job_throughput
-
-LAUNCH_PERMISSION = "benchmarks.launch_benchmark"
-
-
-def job_json(job: BenchmarkJob) -> dict:
-    return {
-        "id": job.pk,
-        "status": job.status,
-        "reason": job.reason,
-        "nodes": job.nodes,
-        "ranks_per_node": job.ranks_per_node,
-        "backend": job.backend,
-        "dtype": job.dtype,
-        "min_bytes": job.min_bytes,
-        "max_bytes": job.max_bytes,
-        "created": job.created.isoformat(),
-        "created_by": job.created_by.username if job.created_by else None,
-        "started": job.started.isoformat() if job.started else None,
-        "finished": job.finished.isoformat() if job.finished else None,
-        "duration_s": job.duration,
-        "avg_busbw": job.avg_busbw,
-        "peak_busbw": job.peak_busbw,
-        "result": job.result,
-    }
-
-
-def refusal_response(refusal: Refusal) -> JsonResponse:
-    response = JsonResponse({"error": refusal.message}, status=refusal.status)
-    if refusal.retry_after is not None:
-        response["Retry-After"] = str(refusal.retry_after)
-    return response
 
 
 @require_http_methods(["GET", "POST"])
@@ -69,14 +34,15 @@ def job_list(request):
 @require_GET
 def job_detail(request, pk):
     job = get_object_or_404(BenchmarkJob, pk=pk)
-    return render(request, "benchmarks/detail.html", {"job": job, "job_json": job_json(job)})
+    context = {"job": job, "job_json": job_json(job), "may_cancel": job.may_be_cancelled_by(request.user)}
+    return render(request, "benchmarks/detail.html", context)
 
 
 @require_POST
 def job_cancel(request, pk):
-    if not request.user.has_perm(LAUNCH_PERMISSION):
-        raise PermissionDenied("cancelling benchmarks needs the launch_benchmark permission")
     job = get_object_or_404(BenchmarkJob, pk=pk)
+    if not job.may_be_cancelled_by(request.user):
+        raise PermissionDenied(cancel_refused(job))
     if cancel(job):
         audit(request, "benchmark.cancel", f"job {job.pk}")
     else:
@@ -89,52 +55,3 @@ def job_compare(request):
     ids = [int(i) for i in request.GET.getlist("id") if i.isdigit()]
     jobs = [job_json(j) for j in BenchmarkJob.objects.filter(pk__in=ids, result__isnull=False)]
     return render(request, "benchmarks/compare.html", {"jobs": jobs})
-
-
-@require_http_methods(["GET", "POST"])
-def api_jobs(request):
-    if request.method == "GET":
-        return JsonResponse({"jobs": [job_json(j) for j in BenchmarkJob.objects.select_related("created_by")[:100]]})
-    if not request.user.has_perm(LAUNCH_PERMISSION):
-        return JsonResponse({"error": "launching benchmarks needs the launch_benchmark permission"}, status=403)
-    try:
-        payload = json.loads(request.body or b"{}")
-    except json.JSONDecodeError as exc:
-        return JsonResponse({"error": f"body is not JSON: {exc}"}, status=400)
-    if not isinstance(payload, dict):
-        return JsonResponse({"error": "body must be a JSON object"}, status=400)
-    # Fields a script leaves out take the form's defaults, as an untouched form would.
-    defaults = {name: field.initial for name, field in LaunchForm.base_fields.items() if field.initial is not None}
-    form = LaunchForm({**defaults, **payload})
-    if not form.is_valid():
-        errors = {field: [str(e) for e in errs] for field, errs in form.errors.items()}
-        return JsonResponse({"error": "invalid benchmark request", "fields": errors}, status=400)
-    outcome = launch(request.user, form.cleaned_data)
-    if isinstance(outcome, Refusal):
-        return refusal_response(outcome)
-    audit(request, "benchmark.launch", f"job {outcome.pk}", nodes=outcome.nodes)
-    response = JsonResponse({"id": outcome.pk, "status": outcome.status}, status=202)
-    response["Location"] = reverse("benchmarks-api:detail", args=[outcome.pk])
-    return response
-
-
-@require_GET
-def api_job(request, pk):
-    job = BenchmarkJob.objects.filter(pk=pk).select_related("created_by").first()
-    if job is None:
-        return JsonResponse({"error": f"no benchmark job {pk}"}, status=404)
-    return JsonResponse(job_json(job))
-
-
-@require_POST
-def api_job_cancel(request, pk):
-    if not request.user.has_perm(LAUNCH_PERMISSION):
-        return JsonResponse({"error": "cancelling benchmarks needs the launch_benchmark permission"}, status=403)
-    job = BenchmarkJob.objects.filter(pk=pk).first()
-    if job is None:
-        return JsonResponse({"error": f"no benchmark job {pk}"}, status=404)
-    cancelled = cancel(job)
-    if cancelled:
-        audit(request, "benchmark.cancel", f"job {job.pk}")
-    job.refresh_from_db()
-    return JsonResponse(job_json(job), status=200 if cancelled else 409)

@@ -3,9 +3,10 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from workers.allreduce import DTYPES, SpecError, SweepSpec, parse_size
+from workers.job_status import JobStatus
 from workers.launcher import collect_versions, resolve_spec, run_node
 from workers.report import footer_lines, header_lines, row_line, to_json, wrong_total
+from workers.sweep_spec import BACKENDS, DTYPES, SpecError, SweepSpec, parse_size
 
 
 def _size(text: str) -> int:
@@ -28,7 +29,7 @@ class Command(BaseCommand):
                                  "and record the job; without it, run on this machine")
         parser.add_argument("--ranks-per-node", type=int, default=None,
                             help="ranks to run (default: one per GPU, or 1 without GPUs)")
-        parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
+        parser.add_argument("--backend", choices=list(BACKENDS), default="auto",
                             help="auto = nccl where CUDA is available, else gloo")
         parser.add_argument("--min-bytes", type=_size, default="1K")
         parser.add_argument("--max-bytes", type=_size, default="64M")
@@ -85,10 +86,7 @@ class Command(BaseCommand):
 
         job = launch_job(options)
         self.stderr.write(f"job {job.pk} on {', '.join(job.nodes)}: {job.ranks_per_node} rank(s) per node")
-        spec = SweepSpec(backend=job.backend, dtype=job.dtype, min_bytes=job.min_bytes, max_bytes=job.max_bytes,
-                         factor=job.step_factor, warmup=job.warmup_iters, iters=job.iters, check=job.correctness_check,
-                         nnodes=len(job.nodes), ranks_per_node=job.ranks_per_node, master_port=1,
-                         timeout=job.timeout_seconds)
+        spec = job.sweep_spec()
         as_json = options["json"]
         if not as_json:
             self._print(*header_lines(spec, {}))
@@ -101,7 +99,7 @@ class Command(BaseCommand):
                 self._print(row_line(pending.pop("outplace"), row))
 
         job, rows = follow_job(job, print_row)
-        if job.status != "succeeded":
+        if job.status != JobStatus.SUCCEEDED:
             raise CommandError(f"job {job.pk} {job.status}: {job.reason}")
         if as_json:
             self._print(json.dumps(to_json(spec, job.result["versions"], rows)))
