@@ -133,6 +133,10 @@ GPULSE_INGEST_MAX_LAG = env_float("GPULSE_INGEST_MAX_LAG", 10.0)
 
 # A node whose newest bandwidth probe is this fraction below its own median is flagged.
 GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)
+# What ingest wires into live each tick: the alert evaluator (a class) and the
+# cluster summary (a function), by dotted path so that live imports neither app.
+GPULSE_INGEST_EVALUATOR = "dashboard.alerts.evaluate.AlertEvaluator"
+GPULSE_INGEST_SUMMARY = "dashboard.summary.cluster_summary"
 
 # Benchmarks: where ranks meet (default: the job's first node, by name), the
 # port range to pick from, and the launch rate per user ("count/seconds").

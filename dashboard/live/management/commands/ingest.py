@@ -3,12 +3,11 @@ import signal
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.utils.module_loading import import_string
 
-from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.live.ingest import Ingest
 from dashboard.live.publish import FramePublisher
 from dashboard.redis_client import redis_client
-from dashboard.summary import cluster_summary
 
 log = logging.getLogger("gpulse.ingest")
 
@@ -29,8 +28,9 @@ class Command(BaseCommand):
             redis_client(),
             publisher.publish,
             tick=tick,
-            evaluator=AlertEvaluator(),
-            summary=cluster_summary,
+            # Named in settings, so live depends on no other app (docs/ARCHITECTURE.md).
+            evaluator=import_string(settings.GPULSE_INGEST_EVALUATOR)(),
+            summary=import_string(settings.GPULSE_INGEST_SUMMARY),
             consumer=consumer,
             probe_low_fraction=settings.GPULSE_PROBE_LOW_FRACTION,
         )
