@@ -1,5 +1,6 @@
 """Settings for gpulse: one env-driven file with development defaults."""
 
+import datetime as dt
 from pathlib import Path
 
 import dj_database_url
@@ -28,6 +29,7 @@ INSTALLED_APPS = [
     "dashboard.live",
     "dashboard.benchmarks",
     "dashboard.alerts",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -40,6 +42,8 @@ MIDDLEWARE = [
     "dashboard.accounts.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -82,6 +86,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Every login form (ours and /admin/login/) authenticates through axes first,
+# which refuses a locked-out (username, address) before the password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -102,7 +112,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 REDIS_URL = env_str("REDIS_URL") or "redis://127.0.0.1:6379/0"
 GPULSE_REDIS_PREFIX = env_str("GPULSE_REDIS_PREFIX", "gpulse:")
 
-# Shared by every web process: login throttling counts failures here.
+# Shared by every web process: the login lockout counts failures here.
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -110,9 +120,20 @@ CACHES = {
         "KEY_PREFIX": f"{GPULSE_REDIS_PREFIX}cache",
     }
 }
-GPULSE_LOGIN_FAILURES_PER_USER = 5
-GPULSE_LOGIN_FAILURES_PER_IP = 20
-GPULSE_LOGIN_LOCKOUT_SECONDS = 900
+
+# Login lockout (django-axes): 5 failures for one username from one client
+# address lock that pair out for 15 minutes. The address is REMOTE_ADDR: behind
+# a proxy, uvicorn must trust it (--forwarded-allow-ips, GPULSE_FORWARDED_ALLOW_IPS)
+# or every client shares the proxy's address.
+AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = dt.timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_USERNAME_CALLABLE = "dashboard.accounts.lockout.lockout_username"
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# The cache handler keeps no attempt rows: the admin would show empty tables.
+AXES_ENABLE_ADMIN = False
 
 # Pub/sub layer: ingest publishes one frame per tick to a group, and Redis
 # fans it out once per web process instead of once per browser.
