@@ -7,7 +7,7 @@ import dj_database_url
 import plotly
 
 from dashboard import production
-from dashboard.env import env_bool, env_float, env_list, env_str
+from dashboard.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -162,8 +162,11 @@ GPULSE_BENCHMARK_RATE = env_str("GPULSE_BENCHMARK_RATE", "10/600")
 # refused unless allowed, all of them or a list of networks (CIDR).
 GPULSE_WEBHOOK_ALLOW_PRIVATE = env_bool("GPULSE_WEBHOOK_ALLOW_PRIVATE", False)
 GPULSE_WEBHOOK_ALLOWED_NETWORKS = env_list("GPULSE_WEBHOOK_ALLOWED_NETWORKS", [])
-# The dashboard's public address, for links in notifications (Alertmanager's externalURL).
+# The dashboard's public address, for links in notifications (Alertmanager's
+# externalURL); when set, the only origin whose pages may open a websocket.
 GPULSE_EXTERNAL_URL = env_str("GPULSE_EXTERNAL_URL", "")
+# Open websockets one user may hold across every web process (a tab holds one or two).
+GPULSE_WS_MAX_PER_USER = env_int("GPULSE_WS_MAX_PER_USER", 20)
 
 LOGGING = {
     "version": 1,
