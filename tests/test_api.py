@@ -94,3 +94,18 @@ def test_healthz_is_public_and_reports_each_part(client, redis_client):
     redis_client.set(Keys().ingest_heartbeat, f'{{"ts": {time.time()}, "lag_max": 0.2, "nodes": 3}}')
     response = client.get("/healthz")
     assert response.status_code == 200 and response.json()["ok"]
+
+
+def test_healthz_names_a_failing_part_without_its_error_text(client, monkeypatch, caplog):
+    import redis
+
+    from dashboard.live import cluster
+    from gpulse.redis_server import free_port
+
+    # A real client on a port nobody listens on: Redis is down.
+    monkeypatch.setattr(cluster, "_client", redis.Redis(port=free_port(), socket_connect_timeout=1))
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["redis"] == {"ok": False, "detail": "unreachable"}
+    assert "Connection refused" not in response.content.decode()
+    assert "Connection refused" in caplog.text  # the operator finds the error in the log

@@ -63,6 +63,7 @@ def test_a_missing_secret_key_stops_the_start_with_a_clear_message():
         ({"SECRET_KEY": "gpulse-insecure-development-key-set-SECRET_KEY-in-production"}, "the development key"),
         ({"SECRET_KEY": "short"}, "SECRET_KEY is too weak"),
         ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS must be set"),
+        ({"ALLOWED_HOSTS": "gpulse.example.com,*"}, "ALLOWED_HOSTS must name the dashboard's hosts, not '\\*'"),
         ({"DATABASE_URL": None}, "DATABASE_URL must be set"),
         ({"GPULSE_DEBUG": "true"}, "GPULSE_DEBUG=true is not allowed"),
         ({"GPULSE_ENV": "prod"}, "GPULSE_ENV must be one of development, production, not 'prod'"),
