@@ -10,7 +10,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 
 from dashboard.accounts.models import AuditEvent
@@ -33,78 +32,71 @@ def fast_hasher(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-@pytest.fixture
-def alice(db):
-    return get_user_model().objects.create_user("alice", password="right-password-1")
-
-
-def login(client, password, username="alice", path="/accounts/login/", address="198.51.100.7"):
+def login(client, password, username="viewer", path="/accounts/login/", address="198.51.100.7"):
     return client.post(path, {"username": username, "password": password}, REMOTE_ADDR=address)
 
 
-def test_a_user_logs_in_and_out(client, alice):
-    response = login(client, "right-password-1")
+def test_a_user_logs_in_and_out(client, viewer_user, user_password):
+    response = login(client, user_password)
     assert response.status_code == 302 and response["Location"] == "/"
     assert client.get("/").status_code == 200
 
 
-def test_repeated_failed_logins_lock_the_account_out_even_with_the_right_password(client, alice):
+def test_repeated_failed_logins_lock_the_account_out_even_with_the_right_password(client, viewer_user, user_password):
     for _ in range(FAILURE_LIMIT - 1):
         assert login(client, "wrong").status_code == 200
     assert login(client, "wrong").status_code == 429  # the last allowed failure says so
-    response = login(client, "right-password-1")
+    response = login(client, user_password)
     assert response.status_code == 429
     assert "Too many failed logins" in response.content.decode()
     assert client.get("/").status_code == 302  # still not logged in
 
 
-def test_the_admin_login_shares_the_lockout(client):
-    get_user_model().objects.create_superuser("root", password="right-password-1")
+def test_the_admin_login_shares_the_lockout(client, admin_user, user_password):
     for _ in range(FAILURE_LIMIT):
-        login(client, "wrong", username="root", path="/admin/login/")
-    response = login(client, "right-password-1", username="root", path="/admin/login/")
+        login(client, "wrong", username="admin", path="/admin/login/")
+    response = login(client, user_password, username="admin", path="/admin/login/")
     assert response.status_code == 429
     assert client.get("/admin/").status_code == 302  # still not logged in
 
 
-def test_failures_on_one_form_lock_the_other_form_too(client):
-    get_user_model().objects.create_superuser("root", password="right-password-1")
+def test_failures_on_one_form_lock_the_other_form_too(client, admin_user, user_password):
     for _ in range(FAILURE_LIMIT):
-        login(client, "wrong", username="root")
-    assert login(client, "right-password-1", username="root", path="/admin/login/").status_code == 429
+        login(client, "wrong", username="admin")
+    assert login(client, user_password, username="admin", path="/admin/login/").status_code == 429
 
 
-@pytest.mark.parametrize("spelling", [" alice", "alice ", "ａｌｉｃｅ", "\u3000alice", "ALICE"])
-def test_another_spelling_of_the_username_is_locked_out_too(client, alice, spelling):
+@pytest.mark.parametrize("spelling", [" viewer", "viewer ", "ｖｉｅｗｅｒ", "\u3000viewer", "VIEWER"])
+def test_another_spelling_of_the_username_is_locked_out_too(client, viewer_user, user_password, spelling):
     for _ in range(FAILURE_LIMIT):
         login(client, "wrong")
-    assert login(client, "right-password-1", username=spelling).status_code == 429
+    assert login(client, user_password, username=spelling).status_code == 429
 
 
-@pytest.mark.parametrize("spelling", [" alice", "ａｌｉｃｅ"])
-def test_failures_under_other_spellings_count_for_the_user(client, alice, spelling):
+@pytest.mark.parametrize("spelling", [" viewer", "ｖｉｅｗｅｒ"])
+def test_failures_under_other_spellings_count_for_the_user(client, viewer_user, user_password, spelling):
     for _ in range(FAILURE_LIMIT):
         login(client, "wrong", username=spelling)
-    assert login(client, "right-password-1").status_code == 429
+    assert login(client, user_password).status_code == 429
 
 
-def test_failures_from_one_address_do_not_lock_the_user_out_elsewhere(client, alice):
+def test_failures_from_one_address_do_not_lock_the_user_out_elsewhere(client, viewer_user, user_password):
     for _ in range(FAILURE_LIMIT):
         login(client, "wrong", address="203.0.113.66")
-    assert login(client, "right-password-1", address="203.0.113.66").status_code == 429
-    assert login(client, "right-password-1", address="198.51.100.7").status_code == 302
+    assert login(client, user_password, address="203.0.113.66").status_code == 429
+    assert login(client, user_password, address="198.51.100.7").status_code == 302
 
 
-def test_failures_for_many_usernames_do_not_lock_out_the_address(client, alice):
+def test_failures_for_many_usernames_do_not_lock_out_the_address(client, viewer_user, user_password):
     for n in range(30):
         login(client, "wrong", username=f"nobody{n}")
-    assert login(client, "right-password-1").status_code == 302
+    assert login(client, user_password).status_code == 302
 
 
-def test_password_reset_is_not_served_without_mail(client):
+def test_password_reset_is_not_served_without_mail(client, viewer_user):
     for path in ("/accounts/password_reset/", "/accounts/reset/done/"):
         assert client.get(path).status_code in (302, 404)  # login required, then no such page
-    client.force_login(get_user_model().objects.create_user("bob", password="pw-bob-12345"))
+    client.force_login(viewer_user)
     assert client.get("/accounts/password_reset/").status_code == 404
     assert client.get("/accounts/password_change/").status_code == 200
 
@@ -180,34 +172,30 @@ def test_behind_the_proxy_one_clients_failures_do_not_lock_out_another(proxied_w
     assert proxied_login(proxied_web, "198.51.100.7", "right-password-1") == 302
 
 
-def test_launches_and_cancels_are_audited(client, redis_client):
+def test_launches_and_cancels_are_audited(client, redis_client, operator_user):
     import json
     import time
-
-    from django.contrib.auth.models import Permission
 
     from gpulse import schema
     from gpulse.keys import Keys
     from tests.samples import sample
 
-    user = get_user_model().objects.create_user("olga", password="pw-olga-123")
-    user.user_permissions.add(Permission.objects.get(codename="launch_benchmark"))
     now = time.time()
     redis_client.set(Keys().node("n1"), schema.encode(sample("n1", ts=now, interval=60)))
     redis_client.hset(Keys().known_nodes, "n1", json.dumps({"ts": now, "interval": 60}))
-    client.force_login(user)
+    client.force_login(operator_user)
     job_id = client.post("/api/v1/benchmarks", json.dumps({"nodes": ["n1"], "backend": "gloo"}),
                          content_type="application/json").json()["id"]
     client.post(f"/api/v1/benchmarks/{job_id}/cancel")
     actions = list(AuditEvent.objects.order_by("created").values_list("username", "action", "target"))
-    assert actions == [("olga", "benchmark.launch", f"job {job_id}"), ("olga", "benchmark.cancel", f"job {job_id}")]
+    assert actions == [("operator", "benchmark.launch", f"job {job_id}"),
+                       ("operator", "benchmark.cancel", f"job {job_id}")]
 
 
-def test_rule_changes_mutes_and_faults_are_audited(client, redis_client):
+def test_rule_changes_mutes_and_faults_are_audited(admin, redis_client):
     import json
 
-    user = get_user_model().objects.create_superuser("root", password="pw-root-123")
-    client.force_login(user)
+    client = admin
     rule_id = client.post("/api/v1/rules", json.dumps({"name": "hot", "metric": "gpu.temp", "comparison": ">",
                                                        "threshold": 80, "for_seconds": 5}),
                           content_type="application/json").json()["id"]

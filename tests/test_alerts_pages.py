@@ -1,8 +1,7 @@
 """HTML pages: alerts (firing/pending/resolved), rules, webhooks with "Send test", simulator."""
 
 import pytest
-from django.contrib.auth.models import User
-from django.test import Client, RequestFactory
+from django.test import RequestFactory
 
 from dashboard.alerts.context_processors import firing_alerts
 from dashboard.alerts.delivery import signature
@@ -14,20 +13,6 @@ from tests.test_alerts_evaluate import T0, cluster, gpu
 from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin():
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password=None))
-    return client
-
-
-@pytest.fixture
-def viewer():
-    client = Client()
-    client.force_login(User.objects.create_user("viewer", password=None))
-    return client
 
 
 def test_the_alerts_page_shows_firing_pending_and_resolved_with_durations(viewer):
@@ -46,12 +31,12 @@ def test_the_alerts_page_shows_firing_pending_and_resolved_with_durations(viewer
     assert "gpu-01 GPU 1" in resolved and "3 min 12 s" in resolved
 
 
-def test_the_firing_count_reaches_every_page(viewer):
+def test_the_firing_count_reaches_every_page(viewer_user):
     Rule.objects.all().delete()
     Rule.objects.create(name="Too hot", metric="gpu.temp", comparison=">", threshold=85)
     AlertEvaluator(enqueue=lambda ids: None).evaluate(cluster(("n", UP, [gpu(0, temp=99), gpu(1, temp=99)])), now=T0)
     request = RequestFactory().get("/")
-    request.user = User.objects.get(username="viewer")
+    request.user = viewer_user
     assert firing_alerts(request) == {"firing_alerts": 2}
 
 

@@ -4,7 +4,6 @@ import time
 import orjson
 import pytest
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from dashboard.asgi import application
@@ -17,16 +16,15 @@ from tests.samples import sample
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def login_cookie(username: str) -> str:
-    """The session cookie of a new logged-in user."""
+def login_cookie(user) -> str:
     client = Client()
-    client.force_login(get_user_model().objects.create_user(username, password=None))
+    client.force_login(user)
     return client.cookies["sessionid"].value
 
 
 @pytest.fixture
-def session_cookie(db):
-    return login_cookie("alice")
+def session_cookie(viewer_user):
+    return login_cookie(viewer_user)
 
 
 def headers(cookie=None, origin="http://localhost"):
@@ -100,7 +98,8 @@ async def connect_cluster(cookie):
     return communicator, connected, code
 
 
-async def test_one_user_holds_at_most_the_configured_number_of_sockets(redis_client, session_cookie, settings):
+async def test_one_user_holds_at_most_the_configured_number_of_sockets(
+        redis_client, session_cookie, operator_user, settings):
     settings.GPULSE_WS_MAX_PER_USER = 3
     held = []
     for _ in range(3):
@@ -111,7 +110,7 @@ async def test_one_user_holds_at_most_the_configured_number_of_sockets(redis_cli
     assert not connected and code == 4429
     await extra.disconnect()
 
-    other = await asyncio.to_thread(login_cookie, "bob")
+    other = await asyncio.to_thread(login_cookie, operator_user)
     communicator, connected, _ = await connect_cluster(other)
     assert connected  # the cap is per user
     await communicator.disconnect()
@@ -125,10 +124,9 @@ async def test_one_user_holds_at_most_the_configured_number_of_sockets(redis_cli
 
 
 async def test_sockets_of_a_crashed_process_stop_counting_once_their_heartbeat_lapses(
-        redis_client, session_cookie, settings):
+        redis_client, session_cookie, viewer_user, settings):
     settings.GPULSE_WS_MAX_PER_USER = 1
-    user = await asyncio.to_thread(get_user_model().objects.get, username="alice")
-    key = Keys().websockets(user.pk)
+    key = Keys().websockets(viewer_user.pk)
     redis_client.zadd(key, {"crashed-process-socket": time.time() - 1})  # its deadline has passed
     communicator, connected, _ = await connect_cluster(session_cookie)
     assert connected
