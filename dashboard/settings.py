@@ -1,10 +1,12 @@
 """Settings for gpulse: one env-driven file with development defaults."""
 
 import datetime as dt
+import re
 from pathlib import Path
 
 import dj_database_url
 import plotly
+from django.core.exceptions import ImproperlyConfigured
 
 from dashboard import production
 from dashboard.env import env_bool, env_float, env_int, env_list, env_str
@@ -165,6 +167,10 @@ GPULSE_WEBHOOK_ALLOWED_NETWORKS = env_list("GPULSE_WEBHOOK_ALLOWED_NETWORKS", []
 # The dashboard's public address, for links in notifications (Alertmanager's
 # externalURL); when set, the only origin whose pages may open a websocket.
 GPULSE_EXTERNAL_URL = env_str("GPULSE_EXTERNAL_URL", "")
+if GPULSE_EXTERNAL_URL and not re.match(r"https?://[^/?#]+", GPULSE_EXTERNAL_URL):
+    raise ImproperlyConfigured(
+        f"GPULSE_EXTERNAL_URL must be an http(s) URL such as https://gpulse.example.com, not {GPULSE_EXTERNAL_URL!r}"
+    )
 # Open websockets one user may hold across every web process (a tab holds one or two).
 GPULSE_WS_MAX_PER_USER = env_int("GPULSE_WS_MAX_PER_USER", 20)
 

@@ -93,3 +93,10 @@ def test_development_stays_the_default(monkeypatch):
     monkeypatch.delenv("GPULSE_ENV", raising=False)
     production.select(settings)
     assert settings == {"DEBUG": True, "GPULSE_ENV": "development"}
+
+
+def test_an_external_url_without_a_scheme_stops_the_start():
+    # It is the one origin allowed to open websockets: a typo would refuse every browser.
+    done = manage("check", GPULSE_ENV="development", GPULSE_EXTERNAL_URL="gpulse.example.com")
+    assert done.returncode != 0
+    assert "GPULSE_EXTERNAL_URL must be an http(s) URL" in done.stderr
