@@ -61,4 +61,5 @@ EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=10s --start-period=30s --retries=3 \
     CMD python -c "import os, urllib.request as u; h = os.environ.get('ALLOWED_HOSTS', 'localhost').split(',')[0].strip().lstrip('.').replace('*', 'localhost'); u.urlopen(u.Request('http://127.0.0.1:8000/healthz', headers={'Host': h}), timeout=5)"
 
-CMD ["uvicorn", "dashboard.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--lifespan", "off", "--ws-per-message-deflate", "false"]
+# A shell, to read GPULSE_FORWARDED_ALLOW_IPS: the proxies whose X-Forwarded-For uvicorn trusts.
+CMD ["sh", "-c", "exec uvicorn dashboard.asgi:application --host 0.0.0.0 --port 8000 --lifespan off --ws-per-message-deflate false --forwarded-allow-ips \"${GPULSE_FORWARDED_ALLOW_IPS:-127.0.0.1,::1}\""]

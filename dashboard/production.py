@@ -89,6 +89,9 @@ def apply(settings: dict) -> None:
     settings["ALLOWED_HOSTS"] = env_list("ALLOWED_HOSTS", [])
     if not settings["ALLOWED_HOSTS"]:
         raise _missing("ALLOWED_HOSTS", "gpulse.example.com")
+    if "*" in settings["ALLOWED_HOSTS"]:
+        # "*" accepts any Host header, and with it any page's origin for a websocket.
+        raise ImproperlyConfigured("ALLOWED_HOSTS must name the dashboard's hosts, not '*', when GPULSE_ENV=production")
     settings["CSRF_TRUSTED_ORIGINS"] = env_list("CSRF_TRUSTED_ORIGINS", [])
     # A production web process with an implicit SQLite file or a local Redis
     # would run and lose its data or see no cluster: say so at start instead.

@@ -1,9 +1,12 @@
 """Settings for gpulse: one env-driven file with development defaults."""
 
+import datetime as dt
+import re
 from pathlib import Path
 
 import dj_database_url
 import plotly
+from django.core.exceptions import ImproperlyConfigured
 
 from dashboard import production
 from dashboard.env import env_bool, env_float, env_int, env_list, env_str
@@ -30,6 +33,7 @@ INSTALLED_APPS = [
     "dashboard.benchmarks",
     "dashboard.alerts",
     "dashboard.simulator",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -42,6 +46,8 @@ MIDDLEWARE = [
     "dashboard.accounts.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -84,6 +90,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Every login form (ours and /admin/login/) authenticates through axes first,
+# which refuses a locked-out (username, address) before the password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -105,7 +117,7 @@ REDIS_URL = env_str("REDIS_URL") or DEFAULT_REDIS_URL
 GPULSE_REDIS_PREFIX = env_str("GPULSE_REDIS_PREFIX", DEFAULT_PREFIX)
 _redis_keys = Keys(GPULSE_REDIS_PREFIX)
 
-# Shared by every web process: login throttling counts failures here.
+# Shared by every web process: the login lockout counts failures here.
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -113,9 +125,20 @@ CACHES = {
         "KEY_PREFIX": _redis_keys.cache_prefix,
     }
 }
-GPULSE_LOGIN_FAILURES_PER_USER = 5
-GPULSE_LOGIN_FAILURES_PER_IP = 20
-GPULSE_LOGIN_LOCKOUT_SECONDS = 900
+
+# Login lockout (django-axes): 5 failures for one username from one client
+# address lock that pair out for 15 minutes. The address is REMOTE_ADDR: behind
+# a proxy, uvicorn must trust it (--forwarded-allow-ips, GPULSE_FORWARDED_ALLOW_IPS)
+# or every client shares the proxy's address.
+AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = dt.timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_USERNAME_CALLABLE = "dashboard.accounts.lockout.lockout_username"
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# The cache handler keeps no attempt rows: the admin would show empty tables.
+AXES_ENABLE_ADMIN = False
 
 # Pub/sub layer: ingest publishes one frame per tick to a group, and Redis
 # fans it out once per web process instead of once per browser.
@@ -157,8 +180,15 @@ GPULSE_WEBHOOK_TIMEOUT = env_float("GPULSE_WEBHOOK_TIMEOUT", 10.0, minimum=0.1, 
 # about RETRY_BASE × 2^(n-1) seconds (±50 % jitter, at most 5 minutes).
 GPULSE_WEBHOOK_MAX_ATTEMPTS = env_int("GPULSE_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 GPULSE_WEBHOOK_RETRY_BASE = env_float("GPULSE_WEBHOOK_RETRY_BASE", 2.0, minimum=0.0)
-# The dashboard's public address, for links in notifications (Alertmanager's externalURL).
+# The dashboard's public address, for links in notifications (Alertmanager's
+# externalURL); when set, the only origin whose pages may open a websocket.
 GPULSE_EXTERNAL_URL = env_str("GPULSE_EXTERNAL_URL", "")
+if GPULSE_EXTERNAL_URL and not re.match(r"https?://[^/?#]+", GPULSE_EXTERNAL_URL):
+    raise ImproperlyConfigured(
+        f"GPULSE_EXTERNAL_URL must be an http(s) URL such as https://gpulse.example.com, not {GPULSE_EXTERNAL_URL!r}"
+    )
+# Open websockets one user may hold across every web process (a tab holds one or two).
+GPULSE_WS_MAX_PER_USER = env_int("GPULSE_WS_MAX_PER_USER", 20, minimum=1)
 
 LOGGING = {
     "version": 1,

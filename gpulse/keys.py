@@ -57,6 +57,10 @@ class Keys:
     def ingest_heartbeat(self) -> str:
         return f"{self.prefix}ingest:heartbeat"
 
+    def websockets(self, user_id: int) -> str:
+        """Sorted set of the user's open websockets: connection id -> heartbeat deadline (unix s)."""
+        return f"{self.prefix}websockets:user:{user_id}"
+
     @property
     def simulator_faults(self) -> str:
         return f"{self.prefix}simulator:faults"

@@ -38,3 +38,63 @@ def django_db_modify_db_settings(tmp_path_factory):
     database = settings.DATABASES["default"]
     if database["ENGINE"] == "django.db.backends.sqlite3":
         database["TEST"]["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
+
+
+# The suite's users, one per role, so every permission test has the same three.
+@pytest.fixture
+def user_password() -> str:
+    return "pw-test-user-123"
+
+
+@pytest.fixture
+def admin_user(db, user_password):
+    """A superuser (staff): may do everything. Replaces pytest-django's, so its admin_client logs in as this one."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_superuser("admin", password=user_password)
+
+
+@pytest.fixture
+def operator_user(db, user_password):
+    """May launch benchmarks and edit alert rules, and nothing else (not staff)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user("operator", password=user_password)
+    user.user_permissions.add(*Permission.objects.filter(
+        codename__in=["launch_benchmark", "add_rule", "change_rule", "delete_rule"]))
+    return user
+
+
+@pytest.fixture
+def viewer_user(db, user_password):
+    """Logged in, no permission: may look at everything, change nothing."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user("viewer", password=user_password)
+
+
+def _logged_in(user):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin(admin_user):
+    """A client logged in as admin_user."""
+    return _logged_in(admin_user)
+
+
+@pytest.fixture
+def operator(operator_user):
+    """A client logged in as operator_user."""
+    return _logged_in(operator_user)
+
+
+@pytest.fixture
+def viewer(viewer_user):
+    """A client logged in as viewer_user."""
+    return _logged_in(viewer_user)

@@ -1,10 +1,24 @@
+import http.cookiejar
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 
 from dashboard.accounts.models import AuditEvent
+from devtools.redis_server import free_port
 
 pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parent.parent
+FAILURE_LIMIT = 5
 
 
 @pytest.fixture(autouse=True)
@@ -12,58 +26,176 @@ def clean_cache(redis_client):
     cache.clear()
 
 
-@pytest.fixture
-def alice(db):
-    return get_user_model().objects.create_user("alice", password="right-password-1")
+@pytest.fixture(autouse=True)
+def fast_hasher(settings):
+    """Dozens of logins per test: a cheap hash keeps them fast (the lockout does not depend on it)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-def login(client, password):
-    return client.post("/accounts/login/", {"username": "alice", "password": password})
+def login(client, password, username="viewer", path="/accounts/login/", address="198.51.100.7"):
+    return client.post(path, {"username": username, "password": password}, REMOTE_ADDR=address)
 
 
-def test_a_user_logs_in_and_out(client, alice):
-    response = login(client, "right-password-1")
+def test_a_user_logs_in_and_out(client, viewer_user, user_password):
+    response = login(client, user_password)
     assert response.status_code == 302 and response["Location"] == "/"
     assert client.get("/").status_code == 200
 
 
-def test_repeated_failed_logins_lock_the_account_out_even_with_the_right_password(client, alice):
-    for _ in range(5):
+def test_repeated_failed_logins_lock_the_account_out_even_with_the_right_password(client, viewer_user, user_password):
+    for _ in range(FAILURE_LIMIT - 1):
         assert login(client, "wrong").status_code == 200
-    response = login(client, "right-password-1")
+    assert login(client, "wrong").status_code == 429  # the last allowed failure says so
+    response = login(client, user_password)
     assert response.status_code == 429
     assert "Too many failed logins" in response.content.decode()
     assert client.get("/").status_code == 302  # still not logged in
 
 
-def test_launches_and_cancels_are_audited(client, redis_client):
+def test_the_admin_login_shares_the_lockout(client, admin_user, user_password):
+    for _ in range(FAILURE_LIMIT):
+        login(client, "wrong", username="admin", path="/admin/login/")
+    response = login(client, user_password, username="admin", path="/admin/login/")
+    assert response.status_code == 429
+    assert client.get("/admin/").status_code == 302  # still not logged in
+
+
+def test_failures_on_one_form_lock_the_other_form_too(client, admin_user, user_password):
+    for _ in range(FAILURE_LIMIT):
+        login(client, "wrong", username="admin")
+    assert login(client, user_password, username="admin", path="/admin/login/").status_code == 429
+
+
+@pytest.mark.parametrize("spelling", [" viewer", "viewer ", "ｖｉｅｗｅｒ", "\u3000viewer", "VIEWER"])
+def test_another_spelling_of_the_username_is_locked_out_too(client, viewer_user, user_password, spelling):
+    for _ in range(FAILURE_LIMIT):
+        login(client, "wrong")
+    assert login(client, user_password, username=spelling).status_code == 429
+
+
+@pytest.mark.parametrize("spelling", [" viewer", "ｖｉｅｗｅｒ"])
+def test_failures_under_other_spellings_count_for_the_user(client, viewer_user, user_password, spelling):
+    for _ in range(FAILURE_LIMIT):
+        login(client, "wrong", username=spelling)
+    assert login(client, user_password).status_code == 429
+
+
+def test_failures_from_one_address_do_not_lock_the_user_out_elsewhere(client, viewer_user, user_password):
+    for _ in range(FAILURE_LIMIT):
+        login(client, "wrong", address="203.0.113.66")
+    assert login(client, user_password, address="203.0.113.66").status_code == 429
+    assert login(client, user_password, address="198.51.100.7").status_code == 302
+
+
+def test_failures_for_many_usernames_do_not_lock_out_the_address(client, viewer_user, user_password):
+    for n in range(30):
+        login(client, "wrong", username=f"nobody{n}")
+    assert login(client, user_password).status_code == 302
+
+
+def test_password_reset_is_not_served_without_mail(client, viewer_user):
+    for path in ("/accounts/password_reset/", "/accounts/reset/done/"):
+        assert client.get(path).status_code in (302, 404)  # login required, then no such page
+    client.force_login(viewer_user)
+    assert client.get("/accounts/password_reset/").status_code == 404
+    assert client.get("/accounts/password_change/").status_code == 200
+
+
+SEED_USER = """
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from django.contrib.auth import get_user_model
+get_user_model().objects.create_user("alice", password="right-password-1")
+"""
+
+
+@pytest.fixture(scope="module")
+def proxied_web(redis_server, tmp_path_factory):
+    """uvicorn trusting X-Forwarded-For from 127.0.0.1, as behind the documented proxy."""
+    state = tmp_path_factory.mktemp("proxied")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GPULSE_")}
+    env.update(DJANGO_SETTINGS_MODULE="dashboard.settings", REDIS_URL=redis_server.url, PYTHONUNBUFFERED="1",
+               DATABASE_URL=f"sqlite:///{state / 'db.sqlite3'}")
+    subprocess.run([sys.executable, "-c", SEED_USER], cwd=ROOT, env=env, check=True, timeout=120)
+    port = free_port()
+    log = open(state / "web.log", "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "dashboard.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+         "--lifespan", "off", "--no-access-log", "--forwarded-allow-ips", "127.0.0.1"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=2)
+            break
+        except urllib.error.HTTPError:
+            break  # 503: no ingest heartbeat, but the server answers
+        except OSError:
+            assert server.poll() is None, (state / "web.log").read_text()
+            assert time.monotonic() < deadline, "uvicorn did not answer within 60 s"
+            time.sleep(0.2)
+    yield url
+    server.terminate()
+    server.wait(10)
+    log.close()
+
+
+def proxied_login(url: str, forwarded_for: str, password: str) -> int:
+    """Log in as alice through the proxy on behalf of the client at ``forwarded_for``; the HTTP status."""
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()),
+                                          NoRedirect())
+    headers = {"X-Forwarded-For": forwarded_for}
+    page = browser.open(urllib.request.Request(url + "/accounts/login/", headers=headers), timeout=30).read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    body = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "username": "alice", "password": password})
+    try:
+        return browser.open(urllib.request.Request(url + "/accounts/login/", data=body.encode(), headers=headers),
+                            timeout=30).status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def test_behind_the_proxy_one_clients_failures_do_not_lock_out_another(proxied_web, redis_client):
+    for _ in range(FAILURE_LIMIT - 1):
+        assert proxied_login(proxied_web, "203.0.113.66", "wrong") == 200
+    assert proxied_login(proxied_web, "203.0.113.66", "wrong") == 429
+    assert proxied_login(proxied_web, "203.0.113.66", "right-password-1") == 429
+    assert proxied_login(proxied_web, "198.51.100.7", "right-password-1") == 302
+
+
+def test_launches_and_cancels_are_audited(client, redis_client, operator_user):
     import json
     import time
-
-    from django.contrib.auth.models import Permission
 
     from gpulse import schema
     from gpulse.keys import Keys
     from tests.samples import sample
 
-    user = get_user_model().objects.create_user("olga", password="pw-olga-123")
-    user.user_permissions.add(Permission.objects.get(codename="launch_benchmark"))
     now = time.time()
     redis_client.set(Keys().node("n1"), schema.encode(sample("n1", ts=now, interval=60)))
     redis_client.hset(Keys().known_nodes, "n1", json.dumps({"ts": now, "interval": 60}))
-    client.force_login(user)
+    client.force_login(operator_user)
     job_id = client.post("/api/v1/benchmarks", json.dumps({"nodes": ["n1"], "backend": "gloo"}),
                          content_type="application/json").json()["id"]
     client.post(f"/api/v1/benchmarks/{job_id}/cancel")
     actions = list(AuditEvent.objects.order_by("created").values_list("username", "action", "target"))
-    assert actions == [("olga", "benchmark.launch", f"job {job_id}"), ("olga", "benchmark.cancel", f"job {job_id}")]
+    assert actions == [("operator", "benchmark.launch", f"job {job_id}"),
+                       ("operator", "benchmark.cancel", f"job {job_id}")]
 
 
-def test_rule_changes_mutes_and_faults_are_audited(client, redis_client):
+def test_rule_changes_mutes_and_faults_are_audited(admin, redis_client):
     import json
 
-    user = get_user_model().objects.create_superuser("root", password="pw-root-123")
-    client.force_login(user)
+    client = admin
     rule_id = client.post("/api/v1/rules", json.dumps({"name": "hot", "metric": "gpu.temp", "comparison": ">",
                                                        "threshold": 80, "for_seconds": 5}),
                           content_type="application/json").json()["id"]

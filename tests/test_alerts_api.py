@@ -4,7 +4,6 @@ import json
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
@@ -18,32 +17,6 @@ pytestmark = pytest.mark.django_db
 
 RULE = {"name": "Hot GPU", "metric": "gpu.temp", "comparison": ">", "threshold": 85, "for_seconds": 5}
 HOOK = {"name": "ops", "url": "https://hooks.example.com/gpulse", "format": "alertmanager"}
-
-
-@pytest.fixture
-def admin(client):
-    """A staff superuser, logged in with a session."""
-    user = User.objects.create_superuser("root", password=None)
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def operator():
-    """A user allowed to edit rules (and nothing else), logged in."""
-    user = User.objects.create_user("operator", password=None)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=["add_rule", "change_rule", "delete_rule"]))
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def viewer():
-    """A logged-in user without any alerts permission."""
-    client = Client()
-    client.force_login(User.objects.create_user("viewer", password=None))
-    return client
 
 
 def post(client, url, data, **extra):
@@ -113,12 +86,11 @@ def test_anonymous_requests_are_401():
     assert post(Client(), "/api/v1/rules", RULE).status_code == 401
 
 
-def test_session_posts_need_the_csrf_token_but_bearer_posts_do_not():
-    user = User.objects.create_superuser("root", password=None)
+def test_session_posts_need_the_csrf_token_but_bearer_posts_do_not(admin_user):
     session = Client(enforce_csrf_checks=True)
-    session.force_login(user)
+    session.force_login(admin_user)
     assert post(session, "/api/v1/rules", RULE).status_code == 403
-    token = ApiToken.issue(user)
+    token = ApiToken.issue(admin_user)
     bearer = Client(enforce_csrf_checks=True)
     assert post(bearer, "/api/v1/rules", RULE, HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 201
 
@@ -163,7 +135,7 @@ def test_silences_and_the_alert_list(admin):
     created = post(admin, "/api/v1/silences", {"rule": rule.id, "node_glob": "gpu-0*", "minutes": 30, "comment": "maintenance"})
     assert created.status_code == 201
     silence = Silence.objects.get(id=created.json()["id"])
-    assert silence.created_by == "root" and silence.matches(rule.id, "gpu-07", 3)
+    assert silence.created_by == "admin" and silence.matches(rule.id, "gpu-07", 3)
     empty = post(admin, "/api/v1/silences", {"minutes": 30})
     assert empty.status_code == 400 and empty.json()["error"].startswith("request: name a rule, a node")
     assert admin.get("/api/v1/alerts").json() == {"firing": 0, "alerts": []}

@@ -4,8 +4,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
-from django.test import Client, RequestFactory
+from django.test import RequestFactory
 from django.utils import timezone
 
 from dashboard.alerts.context_processors import firing_alerts
@@ -19,20 +18,6 @@ from tests.test_webhook_deadline import DEADLINE, SLACK, misbehaving  # noqa: F4
 from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin():
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password=None))
-    return client
-
-
-@pytest.fixture
-def viewer():
-    client = Client()
-    client.force_login(User.objects.create_user("viewer", password=None))
-    return client
 
 
 def test_the_alerts_page_shows_firing_pending_and_resolved_with_durations(viewer):
@@ -51,12 +36,12 @@ def test_the_alerts_page_shows_firing_pending_and_resolved_with_durations(viewer
     assert "gpu-01 GPU 1" in resolved and "3 min 12 s" in resolved
 
 
-def test_the_firing_count_reaches_every_page(viewer):
+def test_the_firing_count_reaches_every_page(viewer_user):
     Rule.objects.all().delete()
     Rule.objects.create(name="Too hot", metric="gpu.temp", comparison=">", threshold=85)
     AlertEvaluator(enqueue=lambda ids: None).evaluate(cluster(("n", UP, [gpu(0, temp=99), gpu(1, temp=99)])), now=T0)
     request = RequestFactory().get("/")
-    request.user = User.objects.get(username="viewer")
+    request.user = viewer_user
     assert firing_alerts(request) == {"firing_alerts": 2}
 
 

@@ -5,8 +5,6 @@ import time
 
 import psutil
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 
 from dashboard.benchmarks.models import BenchmarkJob, JobStatus
 from gpulse import schema
@@ -28,18 +26,6 @@ def live_nodes(redis_client, settings):
         redis_client.set(keys.node(name), schema.encode(sample(name, gpus=2, ts=now, interval=60)))
         redis_client.hset(keys.known_nodes, name, json.dumps({"ts": now, "interval": 60}))
     return ["bench-a", "bench-b"]
-
-
-@pytest.fixture
-def operator(db):
-    user = get_user_model().objects.create_user("olga", password="pw-olga-123")
-    user.user_permissions.add(Permission.objects.get(codename="launch_benchmark"))
-    return user
-
-
-@pytest.fixture
-def viewer(db):
-    return get_user_model().objects.create_user("victor", password="pw-victor-123")
 
 
 SMALL = {"backend": "gloo", "min_bytes": "1K", "max_bytes": "64K", "iters": 3, "warmup_iters": 1, "timeout_seconds": 60}
@@ -87,24 +73,24 @@ def assert_gone(ranks: list[psutil.Process], timeout: float = 20) -> None:
     raise AssertionError(f"rank processes left behind: {alive}")
 
 
-def test_a_user_without_the_permission_gets_403(client, viewer, live_nodes):
-    client.force_login(viewer)
+def test_a_user_without_the_permission_gets_403(client, viewer_user, live_nodes):
+    client.force_login(viewer_user)
     response = post(client, nodes=live_nodes, **SMALL)
     assert response.status_code == 403
     assert BenchmarkJob.objects.count() == 0
 
 
-def test_a_session_post_without_csrf_token_is_refused(operator, live_nodes):
+def test_a_session_post_without_csrf_token_is_refused(operator_user, live_nodes):
     from django.test import Client
 
     client = Client(enforce_csrf_checks=True)
-    client.force_login(operator)
+    client.force_login(operator_user)
     assert post(client, nodes=live_nodes, **SMALL).status_code == 403
     assert client.post("/benchmarks/", {"nodes": live_nodes}).status_code == 403
 
 
-def test_bad_fields_get_400_naming_them(client, operator, live_nodes):
-    client.force_login(operator)
+def test_bad_fields_get_400_naming_them(client, operator_user, live_nodes):
+    client.force_login(operator_user)
     response = post(client, nodes=["nope"], **{**SMALL, "max_bytes": "lots"})
     assert response.status_code == 400
     fields = response.json()["fields"]
@@ -113,9 +99,9 @@ def test_bad_fields_get_400_naming_them(client, operator, live_nodes):
     assert response.status_code == 400 and "smaller than min bytes" in response.content.decode()
 
 
-def test_overlapping_nodes_get_409_and_the_rate_limit_429(client, operator, live_nodes, settings):
-    client.force_login(operator)
-    BenchmarkJob.objects.create(created_by=operator, nodes=["bench-a"], ranks_per_node=1, min_bytes=1, max_bytes=2,
+def test_overlapping_nodes_get_409_and_the_rate_limit_429(client, operator_user, live_nodes, settings):
+    client.force_login(operator_user)
+    BenchmarkJob.objects.create(created_by=operator_user, nodes=["bench-a"], ranks_per_node=1, min_bytes=1, max_bytes=2,
                                 status=JobStatus.RUNNING)
     response = post(client, nodes=live_nodes, **SMALL)
     assert response.status_code == 409 and "bench-a already run" in response.json()["error"]
@@ -125,16 +111,16 @@ def test_overlapping_nodes_get_409_and_the_rate_limit_429(client, operator, live
 
 
 def test_a_two_node_job_runs_real_ranks_and_records_nccl_tests_rows(
-    client, operator, live_nodes, node_workers, control_worker, redis_client
+    client, operator_user, live_nodes, node_workers, control_worker, redis_client
 ):
     node_workers.start(*live_nodes)
-    client.force_login(operator)
+    client.force_login(operator_user)
     response = post(client, nodes=live_nodes, ranks_per_node=1, **SMALL)
     assert response.status_code == 202, response.content
     job_id = response.json()["id"]
     job = wait_for(job_id, {"succeeded", "failed", "timed_out"}, timeout=90)
     assert job.status == "succeeded", job.reason
-    assert job.created_by == operator and job.result["world_size"] == 2
+    assert job.created_by == operator_user and job.result["world_size"] == 2
     rows = job.result["rows"]
     assert sorted({r["size"] for r in rows}) == [1024 * 2**i for i in range(7)]
     assert all(r["wrong"] == 0 and r["busbw"] == pytest.approx(r["algbw"]) for r in rows)  # n=2: factor 1
@@ -147,10 +133,10 @@ def test_a_two_node_job_runs_real_ranks_and_records_nccl_tests_rows(
 
 
 def test_killing_a_node_worker_mid_job_fails_the_job_with_a_reason_and_leaves_no_rank(
-    client, operator, live_nodes, node_workers, control_worker, redis_client
+    client, operator_user, live_nodes, node_workers, control_worker, redis_client
 ):
     node_workers.start(*live_nodes)
-    client.force_login(operator)
+    client.force_login(operator_user)
     response = post(client, nodes=live_nodes, ranks_per_node=1, **{**SMALL, "max_bytes": "64M", "iters": 50,
                                                                     "timeout_seconds": 40})
     job_id = response.json()["id"]
@@ -165,9 +151,9 @@ def test_killing_a_node_worker_mid_job_fails_the_job_with_a_reason_and_leaves_no
     assert_gone(ranks)
 
 
-def test_a_running_job_can_be_cancelled(client, operator, live_nodes, node_workers, control_worker, redis_client):
+def test_a_running_job_can_be_cancelled(client, operator_user, live_nodes, node_workers, control_worker, redis_client):
     node_workers.start(*live_nodes)
-    client.force_login(operator)
+    client.force_login(operator_user)
     job_id = post(client, nodes=live_nodes, ranks_per_node=1,
                   **{**SMALL, "max_bytes": "256M", "iters": 200}).json()["id"]
     ranks = wait_for_ranks(node_workers, 2)
@@ -177,10 +163,10 @@ def test_a_running_job_can_be_cancelled(client, operator, live_nodes, node_worke
     assert client.post(f"/api/v1/benchmarks/{job_id}/cancel").status_code == 409
 
 
-def test_a_redelivered_start_never_sends_a_second_copy(operator, live_nodes, redis_client):
+def test_a_redelivered_start_never_sends_a_second_copy(operator_user, live_nodes, redis_client):
     from dashboard.benchmarks.tasks import claim_and_dispatch
 
-    job = BenchmarkJob.objects.create(created_by=operator, nodes=live_nodes, ranks_per_node=1, min_bytes=1024,
+    job = BenchmarkJob.objects.create(created_by=operator_user, nodes=live_nodes, ranks_per_node=1, min_bytes=1024,
                                       max_bytes=1024, timeout_seconds=10)
     first, claimed = claim_and_dispatch(job.pk)
     assert claimed and first.status == "running" and first.rendezvous.startswith("127.0.0.1:")

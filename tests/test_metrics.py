@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from django.contrib.auth import get_user_model
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard.accounts.models import ApiToken
@@ -210,24 +209,23 @@ def test_everything_scraped_is_a_declared_name(scraped):
 
 
 @pytest.mark.django_db
-def test_without_a_metrics_token_a_session_or_api_token_is_needed(client, settings):
+def test_without_a_metrics_token_a_session_or_api_token_is_needed(client, settings, viewer_user):
     settings.GPULSE_METRICS_TOKEN = ""
     response = client.get("/metrics")
     assert response.status_code == 401 and b"a session or API token" in response.content
-    user = get_user_model().objects.create_user("prom", password="pw-prom-123")
-    token = ApiToken.issue(user)
+    token = ApiToken.issue(viewer_user)
     response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 200 and b"gpulse_alerts_firing 0.0" in response.content
-    client.force_login(user)
+    client.force_login(viewer_user)
     assert client.get("/metrics").status_code == 200
 
 
 @pytest.mark.django_db
-def test_a_set_metrics_token_still_lets_a_logged_in_user_look(client, settings):
+def test_a_set_metrics_token_still_lets_a_logged_in_user_look(client, settings, viewer_user):
     settings.GPULSE_METRICS_TOKEN = TOKEN
     assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
     assert client.get("/metrics").status_code == 401
-    client.force_login(get_user_model().objects.create_user("ops", password="pw-ops-123"))
+    client.force_login(viewer_user)
     assert client.get("/metrics").status_code == 200
 
 

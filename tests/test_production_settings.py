@@ -63,6 +63,7 @@ def test_a_missing_secret_key_stops_the_start_with_a_clear_message():
         ({"SECRET_KEY": "gpulse-insecure-development-key-set-SECRET_KEY-in-production"}, "the development key"),
         ({"SECRET_KEY": "short"}, "SECRET_KEY is too weak"),
         ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS must be set"),
+        ({"ALLOWED_HOSTS": "gpulse.example.com,*"}, "ALLOWED_HOSTS must name the dashboard's hosts, not '\\*'"),
         ({"DATABASE_URL": None}, "DATABASE_URL must be set"),
         ({"GPULSE_DEBUG": "true"}, "GPULSE_DEBUG=true is not allowed"),
         ({"GPULSE_ENV": "prod"}, "GPULSE_ENV must be one of development, production, not 'prod'"),
@@ -92,3 +93,10 @@ def test_development_stays_the_default(monkeypatch):
     monkeypatch.delenv("GPULSE_ENV", raising=False)
     production.select(settings)
     assert settings == {"DEBUG": True, "GPULSE_ENV": "development"}
+
+
+def test_an_external_url_without_a_scheme_stops_the_start():
+    # It is the one origin allowed to open websockets: a typo would refuse every browser.
+    done = manage("check", GPULSE_ENV="development", GPULSE_EXTERNAL_URL="gpulse.example.com")
+    assert done.returncode != 0
+    assert "GPULSE_EXTERNAL_URL must be an http(s) URL" in done.stderr

@@ -1,9 +1,9 @@
 import asyncio
+import time
 
 import orjson
 import pytest
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from dashboard.asgi import application
@@ -16,12 +16,15 @@ from tests.samples import sample
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def session_cookie(db):
-    user = get_user_model().objects.create_user("alice", password="pw-alice-123")
+def login_cookie(user) -> str:
     client = Client()
     client.force_login(user)
     return client.cookies["sessionid"].value
+
+
+@pytest.fixture
+def session_cookie(viewer_user):
+    return login_cookie(viewer_user)
 
 
 def headers(cookie=None, origin="http://localhost"):
@@ -43,6 +46,93 @@ async def test_a_foreign_origin_is_refused(redis_client, session_cookie):
     connected, _ = await communicator.connect()
     assert not connected
     await communicator.disconnect()
+
+
+@pytest.mark.parametrize("origin", [
+    "http://localhost:9999",  # another port on the same host
+    "https://localhost",  # another scheme
+    "http://localhost.evil.example",
+    "null",
+])
+async def test_an_origin_other_than_the_page_itself_is_refused(redis_client, session_cookie, origin):
+    communicator = WebsocketCommunicator(application, "/ws/cluster/", headers=headers(session_cookie, origin))
+    connected, _ = await communicator.connect()
+    assert not connected
+    await communicator.disconnect()
+
+
+async def test_a_socket_without_an_origin_is_refused(redis_client, session_cookie):
+    communicator = WebsocketCommunicator(application, "/ws/cluster/", headers=headers(session_cookie)[1:])
+    connected, _ = await communicator.connect()
+    assert not connected
+    await communicator.disconnect()
+
+
+async def test_the_page_on_a_non_default_port_is_its_own_origin(redis_client, session_cookie):
+    communicator = WebsocketCommunicator(application, "/ws/cluster/", headers=[
+        (b"origin", b"http://localhost:8001"), (b"host", b"localhost:8001"), (b"cookie", f"sessionid={session_cookie}".encode()),
+    ])
+    connected, _ = await communicator.connect()
+    assert connected
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(("origin", "accepted"), [
+    ("https://gpulse.example.com", True),
+    ("https://gpulse.example.com:443", True),
+    ("http://gpulse.example.com", False),
+    ("https://gpulse.example.com:8443", False),
+    ("http://localhost", False),  # the Host header is not the public address
+])
+async def test_with_an_external_url_only_its_origin_is_accepted(redis_client, session_cookie, settings, origin, accepted):
+    settings.GPULSE_EXTERNAL_URL = "https://gpulse.example.com/"
+    communicator = WebsocketCommunicator(application, "/ws/cluster/", headers=headers(session_cookie, origin))
+    connected, _ = await communicator.connect()
+    assert connected is accepted
+    await communicator.disconnect()
+
+
+async def connect_cluster(cookie):
+    communicator = WebsocketCommunicator(application, "/ws/cluster/", headers=headers(cookie))
+    connected, code = await communicator.connect()
+    return communicator, connected, code
+
+
+async def test_one_user_holds_at_most_the_configured_number_of_sockets(
+        redis_client, session_cookie, operator_user, settings):
+    settings.GPULSE_WS_MAX_PER_USER = 3
+    held = []
+    for _ in range(3):
+        communicator, connected, _ = await connect_cluster(session_cookie)
+        assert connected
+        held.append(communicator)
+    extra, connected, code = await connect_cluster(session_cookie)
+    assert not connected and code == 4429
+    await extra.disconnect()
+
+    other = await asyncio.to_thread(login_cookie, operator_user)
+    communicator, connected, _ = await connect_cluster(other)
+    assert connected  # the cap is per user
+    await communicator.disconnect()
+
+    await held.pop().disconnect()
+    communicator, connected, _ = await connect_cluster(session_cookie)
+    assert connected  # a closed socket gives its place back
+    held.append(communicator)
+    for communicator in held:
+        await communicator.disconnect()
+
+
+async def test_sockets_of_a_crashed_process_stop_counting_once_their_heartbeat_lapses(
+        redis_client, session_cookie, viewer_user, settings):
+    settings.GPULSE_WS_MAX_PER_USER = 1
+    key = Keys().websockets(viewer_user.pk)
+    redis_client.zadd(key, {"crashed-process-socket": time.time() - 1})  # its deadline has passed
+    communicator, connected, _ = await connect_cluster(session_cookie)
+    assert connected
+    assert redis_client.zcard(key) == 1
+    await communicator.disconnect()
+    assert redis_client.zcard(key) == 0
 
 
 async def test_a_browser_gets_the_snapshot_then_one_delta_per_tick(redis_client, session_cookie):

@@ -7,6 +7,7 @@ import time
 import orjson
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from dashboard.accounts.websocket import SocketPlace
 from dashboard.live.publish import CLUSTER_GROUP
 from dashboard.redis_client import async_redis_client
 from gpulse.keys import Keys
@@ -16,18 +17,33 @@ log = logging.getLogger(__name__)
 
 # Close codes in the 4000 range are ours; browsers show them in the console.
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_TOO_MANY_SOCKETS = 4429
 EMPTY_SNAPSHOT = orjson.dumps({"type": "snapshot", "seq": 0, "nodes": {}, "summary": {}}).decode()
 
 
 class AuthenticatedConsumer(AsyncWebsocketConsumer):
+    """A logged-in user's socket, one of at most GPULSE_WS_MAX_PER_USER."""
+
+    place: SocketPlace | None = None
+
     async def connect(self):
-        if not self.scope["user"].is_authenticated:
+        user = self.scope["user"]
+        if not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        place = SocketPlace(async_redis_client(), user.pk)
+        if not await place.claim():
+            await self.close(code=CLOSE_TOO_MANY_SOCKETS)
+            return
+        self.place = place
         await self.start()
 
     async def start(self):
         raise NotImplementedError
+
+    async def disconnect(self, code):
+        if self.place is not None:
+            await self.place.release()
 
 
 class FollowingConsumer(AuthenticatedConsumer):
@@ -41,6 +57,7 @@ class FollowingConsumer(AuthenticatedConsumer):
         task = getattr(self, "task", None)
         if task:
             task.cancel()
+        await super().disconnect(code)
 
     async def follow(self):
         raise NotImplementedError
@@ -63,6 +80,7 @@ class ClusterConsumer(AuthenticatedConsumer):
 
     async def disconnect(self, code):
         await self.channel_layer.group_discard(CLUSTER_GROUP, self.channel_name)
+        await super().disconnect(code)
 
     async def cluster_frame(self, event):
         await self.send(text_data=event["text"])

@@ -2,8 +2,12 @@
 
 Red only for gpulse's own faults: entries a node sends that the sample
 contract rejects are counted in the ingest detail, never a failure.
+
+/healthz needs no login, so a failure is named, never described: exception
+text (host names, ports, driver messages) goes to the log only.
 """
 
+import logging
 import time
 
 import orjson
@@ -13,13 +17,16 @@ from django.db import connection
 from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
 
+log = logging.getLogger(__name__)
+
 
 def check_redis() -> tuple[bool, str]:
     try:
         redis_client().ping()
         return True, "ok"
     except Exception as exc:
-        return False, f"unreachable: {exc}"
+        log.warning("healthz: Redis unreachable: %s", exc)
+        return False, "unreachable"
 
 
 def check_database() -> tuple[bool, str]:
@@ -28,7 +35,8 @@ def check_database() -> tuple[bool, str]:
             cursor.execute("SELECT 1")
         return True, "ok"
     except Exception as exc:
-        return False, f"unreachable: {exc}"
+        log.warning("healthz: database unreachable: %s", exc)
+        return False, "unreachable"
 
 
 def read_heartbeat() -> dict | None:
