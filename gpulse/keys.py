@@ -47,6 +47,10 @@ class Keys:
     def ingest_heartbeat(self) -> str:
         return f"{self.prefix}ingest:heartbeat"
 
+    def webhook_leases(self, endpoint_id: int) -> str:
+        """Sorted set of the attempts in flight to one webhook endpoint, scored by lease expiry."""
+        return f"{self.prefix}webhook:{endpoint_id}:leases"
+
     @property
     def simulator_faults(self) -> str:
         return f"{self.prefix}simulator:faults"

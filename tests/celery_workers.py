@@ -1,5 +1,6 @@
 """Real Celery workers for tests: node workers as subprocesses (as on GPU
-nodes, no database), the control worker in-process (it shares the test DB)."""
+nodes, no database), the control and webhook workers in-process, each on its
+own queue and pool as in production (they share the test DB)."""
 
 import os
 import signal
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from workers.celery_app import CONTROL_QUEUE, app, node_queue
+from workers.celery_app import CONTROL_QUEUE, WEBHOOK_QUEUE, app, node_queue
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,4 +79,24 @@ def control_worker_running():
 @pytest.fixture
 def control_worker(redis_client):
     with control_worker_running():
+        yield
+
+
+# As many threads as gpulse/stack.py and docker-compose.yml give the webhook worker.
+WEBHOOK_CONCURRENCY = 8
+
+
+@contextmanager
+def webhook_worker_running():
+    app.conf.broker_url = os.environ["REDIS_URL"]
+    import dashboard.alerts.tasks  # noqa: F401  (registers the webhook tasks)
+
+    with start_worker(app, pool="threads", concurrency=WEBHOOK_CONCURRENCY, perform_ping_check=False,
+                      queues=[WEBHOOK_QUEUE], loglevel="WARNING", shutdown_timeout=30):
+        yield
+
+
+@pytest.fixture
+def webhook_worker(redis_client):
+    with webhook_worker_running():
         yield
