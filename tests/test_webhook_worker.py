@@ -96,6 +96,7 @@ def test_it_gives_up_after_the_maximum_attempts(worker, receiver, endpoint, sett
     receiver.wait_for(3)
     time.sleep(0.5)
     assert len(receiver.requests) == 3
+    # The last allowed attempt failing temporarily is no "retry": none follows.
     assert [a.outcome for a in attempts(3)] == ["retry", "retry", "gave_up"]
 
 
