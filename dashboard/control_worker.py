@@ -1,7 +1,9 @@
-"""Celery entry point of the control worker: `celery -A dashboard.control_worker worker -Q control`.
+"""Celery entry point of the control and webhook workers, which set Django up.
 
-It sets Django up first, because its tasks record results and deliver webhooks
-through the models.
+`celery -A dashboard.control_worker worker -Q control` starts, watches and
+records benchmark jobs; `celery -A dashboard.control_worker worker -Q webhooks`
+delivers webhooks, apart, so a slow receiver never delays a job. Both record
+through the models, hence Django first.
 """
 
 import os

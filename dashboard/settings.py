@@ -180,6 +180,9 @@ GPULSE_WEBHOOK_TIMEOUT = env_float("GPULSE_WEBHOOK_TIMEOUT", 10.0, minimum=0.1, 
 # about RETRY_BASE × 2^(n-1) seconds (±50 % jitter, at most 5 minutes).
 GPULSE_WEBHOOK_MAX_ATTEMPTS = env_int("GPULSE_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 GPULSE_WEBHOOK_RETRY_BASE = env_float("GPULSE_WEBHOOK_RETRY_BASE", 2.0, minimum=0.0)
+# Attempts in flight to one endpoint at once, across every webhook worker: a
+# slow receiver holds at most this many worker threads.
+GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY = env_int("GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY", 2, minimum=1)
 # The dashboard's public address, for links in notifications (Alertmanager's
 # externalURL); when set, the only origin whose pages may open a websocket.
 GPULSE_EXTERNAL_URL = env_str("GPULSE_EXTERNAL_URL", "")

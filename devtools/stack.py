@@ -1,7 +1,7 @@
 """Start and stop the whole system as child processes: the demo and the system tests.
 
 Redis (embedded unless REDIS_URL is given), the database migrations, the
-web server, ingest, the control worker, one node worker per simulated node
+web server, ingest, the control and webhook workers, one node worker per simulated node
 and a simulated fleet — every process stopped again by stop().
 """
 
@@ -103,6 +103,11 @@ class Stack:
         self.spawn(
             "control-worker", py, "-m", "celery", "-A", "dashboard.control_worker", "worker",
             "-Q", "control", "-n", f"control-{self.port}@%h", "--pool", "threads", "--concurrency", "4",
+            "--without-gossip", "--without-mingle", "-l", "INFO",
+        )
+        self.spawn(
+            "webhook-worker", py, "-m", "celery", "-A", "dashboard.control_worker", "worker",
+            "-Q", "webhooks", "-n", f"webhooks-{self.port}@%h", "--pool", "threads", "--concurrency", "8",
             "--without-gossip", "--without-mingle", "-l", "INFO",
         )
         if self.node_workers:

@@ -61,6 +61,10 @@ class Keys:
         """Sorted set of the user's open websockets: connection id -> heartbeat deadline (unix s)."""
         return f"{self.prefix}websockets:user:{user_id}"
 
+    def webhook_leases(self, endpoint_id: int) -> str:
+        """Sorted set of the attempts in flight to one webhook endpoint, scored by lease expiry."""
+        return f"{self.prefix}webhook:{endpoint_id}:leases"
+
     @property
     def simulator_faults(self) -> str:
         return f"{self.prefix}simulator:faults"

@@ -1,5 +1,7 @@
 """Real Celery workers for tests: node workers as subprocesses (as on GPU
-nodes, no database), the control worker in-process (it shares the test DB)."""
+nodes, no database); the control and webhook workers in-process, each on its
+own queue and pool as in production (they share the test DB), or the webhook
+worker as a process of its own where a test needs it beside the control worker."""
 
 import os
 import signal
@@ -8,13 +10,42 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from workers.celery_app import CONTROL_QUEUE, app, node_queue
+from workers.celery_app import CONTROL_QUEUE, WEBHOOK_QUEUE, app, node_queue
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def spawn_worker(args: list[str], log: Path, env: dict) -> subprocess.Popen:
+    """Start ``celery -A <args>`` as production runs it, its output in ``log``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", *args, "--without-gossip", "--without-mingle", "-l", "INFO"],
+        cwd=ROOT, env={**os.environ, **env},
+        stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def wait_ready(process: subprocess.Popen, log: Path, deadline: float) -> None:
+    while b"ready." not in log.read_bytes():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{log.stem} did not start:\n{log.read_text()[-2000:]}")
+        time.sleep(0.2)
+
+
+def stop_workers(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 class NodeWorkers:
@@ -25,20 +56,13 @@ class NodeWorkers:
 
     def start(self, *nodes: str, timeout: float = 60) -> None:
         for node in nodes:
-            log = self.log_dir / f"worker-{node}.log"
-            self.processes[node] = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "workers.node_worker", "worker", "-Q", node_queue(node),
-                 "-n", f"{node}@test", "--pool", "solo", "--without-gossip", "--without-mingle", "-l", "INFO"],
-                cwd=ROOT, env={**os.environ, "REDIS_URL": self.redis_url},
-                stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            self.processes[node] = spawn_worker(
+                ["workers.node_worker", "worker", "-Q", node_queue(node), "-n", f"{node}@test", "--pool", "solo"],
+                self.log_dir / f"worker-{node}.log", {"REDIS_URL": self.redis_url},
             )
         deadline = time.monotonic() + timeout
         for node in nodes:
-            log = self.log_dir / f"worker-{node}.log"
-            while b"ready." not in log.read_bytes():
-                if self.processes[node].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"node worker {node} did not start:\n{log.read_text()[-2000:]}")
-                time.sleep(0.2)
+            wait_ready(self.processes[node], self.log_dir / f"worker-{node}.log", deadline)
 
     def kill(self, node: str) -> None:
         """SIGKILL the worker's main process only, as a crashed node would die."""
@@ -46,15 +70,7 @@ class NodeWorkers:
         self.processes[node].wait()
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_workers(list(self.processes.values()))
 
 
 @pytest.fixture
@@ -79,3 +95,49 @@ def control_worker_running():
 def control_worker(redis_client):
     with control_worker_running():
         yield
+
+
+# As many threads as devtools/stack.py and docker-compose.yml give the webhook worker.
+WEBHOOK_CONCURRENCY = 8
+
+
+@contextmanager
+def webhook_worker_running():
+    app.conf.broker_url = os.environ["REDIS_URL"]
+    import dashboard.alerts.tasks  # noqa: F401  (registers the webhook tasks)
+
+    with start_worker(app, pool="threads", concurrency=WEBHOOK_CONCURRENCY, perform_ping_check=False,
+                      queues=[WEBHOOK_QUEUE], loglevel="WARNING", shutdown_timeout=30):
+        yield
+
+
+def database_url_of_tests() -> str:
+    """The test database, as DATABASE_URL names it for a worker process."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
+    credentials = f"{quote(db['USER'])}:{quote(db['PASSWORD'])}@" if db["USER"] else ""
+    return f"postgres://{credentials}{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@contextmanager
+def webhook_worker_process(log_dir: Path, settings_env: dict, timeout: float = 60):
+    """The webhook worker as its own process, as production runs it beside the control worker.
+
+    Two in-process workers would share kombu's one event loop and read each
+    other's replies: a test that needs both runs this one apart. Its settings
+    come from ``settings_env`` (GPULSE_WEBHOOK_...), as in production.
+    """
+    log = log_dir / "webhook-worker.log"
+    process = spawn_worker(
+        ["dashboard.control_worker", "worker", "-Q", WEBHOOK_QUEUE, "-n", "webhooks@test",
+         "--pool", "threads", "--concurrency", str(WEBHOOK_CONCURRENCY)],
+        log, {"REDIS_URL": os.environ["REDIS_URL"], "DATABASE_URL": database_url_of_tests(), **settings_env},
+    )
+    try:
+        wait_ready(process, log, time.monotonic() + timeout)
+        yield
+    finally:
+        stop_workers([process])

@@ -4,6 +4,7 @@ from workers.celery_app import (
     BENCHMARK_HARD_LIMIT,
     CONTROL_QUEUE,
     VISIBILITY_TIMEOUT,
+    WEBHOOK_QUEUE,
     app,
     node_queue,
 )
@@ -30,3 +31,12 @@ def test_tasks_route_to_the_control_queue_or_one_nodes_queue():
     assert app.conf.task_default_queue == CONTROL_QUEUE
     assert app.tasks["gpulse.benchmarks.start_job"].queue == CONTROL_QUEUE
     assert node_queue("gpu-07") == "node.gpu-07"
+
+
+def test_webhook_tasks_have_their_own_queue_apart_from_benchmark_control():
+    import dashboard.alerts.tasks  # noqa: F401
+
+    assert WEBHOOK_QUEUE != CONTROL_QUEUE
+    assert {q.name for q in app.conf.task_queues} == {CONTROL_QUEUE, WEBHOOK_QUEUE}
+    assert app.tasks["gpulse.alerts.dispatch"].queue == WEBHOOK_QUEUE
+    assert app.tasks["gpulse.alerts.deliver"].queue == WEBHOOK_QUEUE

@@ -15,7 +15,7 @@ COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
 COMPOSE = yaml.safe_load(COMPOSE_TEXT)
 SERVICES = COMPOSE["services"]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
-CONTROL = ("web", "ingest", "control-worker")
+CONTROL = ("web", "ingest", "control-worker", "webhooks")
 GPU_NODE = ("collector", "node-worker")
 LONG_RUNNING = ("redis", "postgres", *CONTROL, *GPU_NODE)
 # Compose interpolation, ${NAME...}; $${...} is escaped for the container's shell.
@@ -78,6 +78,7 @@ def test_the_processes_run_the_project_entry_points():
     assert command("web").startswith("uvicorn dashboard.asgi:application")
     assert command("ingest") == "python manage.py ingest"
     assert command("control-worker").startswith("celery -A dashboard.control_worker worker -Q control")
+    assert command("webhooks").startswith("celery -A dashboard.control_worker worker -Q webhooks")
     assert '-Q "node.$$node"' in command("node-worker")
     assert 'node="$${GPULSE_NODE_NAME:-$$HOSTNAME}"' in command("node-worker")
     assert "celery -A workers.node_worker worker" in command("node-worker")

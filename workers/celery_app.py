@@ -1,8 +1,9 @@
 """The Celery application shared by node workers and the control worker.
 
 It imports nothing from Django: node workers on GPU nodes run tasks that touch
-no database. The control worker (dashboard/control_worker.py) sets Django up
-and registers the database tasks on this same app.
+no database. The control worker and the webhook worker (both
+dashboard/control_worker.py, on different queues) set Django up and register
+the database tasks on this same app.
 """
 
 import os
@@ -13,6 +14,9 @@ from kombu import Queue
 from gpulse.keys import DEFAULT_REDIS_URL, Keys
 
 CONTROL_QUEUE = "control"
+# Webhook deliveries have their own queue and worker: a slow receiver never
+# delays a benchmark launch on the control queue.
+WEBHOOK_QUEUE = "webhooks"
 
 
 def node_queue(node: str) -> str:
@@ -28,7 +32,7 @@ BENCHMARK_HARD_LIMIT = 1800
 app = Celery("gpulse", broker=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
 app.conf.update(
     task_default_queue=CONTROL_QUEUE,
-    task_queues=[Queue(CONTROL_QUEUE)],
+    task_queues=[Queue(CONTROL_QUEUE), Queue(WEBHOOK_QUEUE)],
     task_acks_late=True,
     task_reject_on_worker_lost=False,
     worker_prefetch_multiplier=1,

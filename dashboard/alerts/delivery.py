@@ -79,10 +79,15 @@ def send(url: str, secret: str, format_name: str, event: Event, receiver: str) -
 
 
 def attempt(
-    endpoint: WebhookEndpoint, event: Event, number: int, transition: Transition | None = None
+    endpoint: WebhookEndpoint, event: Event, number: int, transition: Transition | None = None, last: bool = False
 ) -> DeliveryAttempt:
-    """Send ``event`` to ``endpoint`` once and log the attempt."""
+    """Send ``event`` to ``endpoint`` once and log the attempt.
+
+    ``last``: no attempt follows this one, so a temporary failure is logged as
+    gave_up, never as a retry that will not come.
+    """
     result = send(endpoint.url, endpoint.secret, endpoint.format, event, receiver=endpoint.name)
+    outcome = DeliveryAttempt.GAVE_UP if last and result.outcome == DeliveryAttempt.RETRY else result.outcome
     return DeliveryAttempt.objects.create(
         endpoint=endpoint,
         transition=transition,
@@ -91,6 +96,6 @@ def attempt(
         attempt=number,
         status_code=result.status_code,
         error=result.error[:500],
-        outcome=result.outcome,
+        outcome=outcome,
         duration_ms=result.duration_ms,
     )

@@ -234,7 +234,9 @@ class WebhookEndpoint(models.Model):
 class DeliveryAttempt(models.Model):
     """One HTTP attempt to deliver one event to one endpoint (never the secret)."""
 
-    OK, RETRY, FAILED = "ok", "retry", "failed"
+    # failed: the receiver refused for good; gave_up: the last allowed attempt failed temporarily.
+    OK, RETRY, FAILED, GAVE_UP = "ok", "retry", "failed", "gave_up"
+    OUTCOMES = ((OK, "ok"), (RETRY, "retry"), (FAILED, "failed"), (GAVE_UP, "gave up"))
 
     endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="attempts")
     transition = models.ForeignKey(
@@ -245,7 +247,7 @@ class DeliveryAttempt(models.Model):
     attempt = models.PositiveSmallIntegerField()
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.CharField(max_length=500, blank=True)
-    outcome = models.CharField(max_length=10, choices=[(OK, OK), (RETRY, RETRY), (FAILED, FAILED)])
+    outcome = models.CharField(max_length=10, choices=OUTCOMES)
     duration_ms = models.FloatField()
     created = models.DateTimeField(auto_now_add=True)
 

@@ -1,8 +1,13 @@
-"""Control-queue tasks that turn alert transitions into webhook deliveries.
+"""Webhook-queue tasks that turn alert transitions into webhook deliveries.
 
-dispatch claims a transition (compare-and-set on ``processed``), so a duplicated
-or redelivered message sends nothing twice, then queues one ``deliver`` per
-endpoint: a slow or failing receiver never delays the others.
+They run on their own queue and worker (``celery -Q webhooks``), apart from
+benchmark control: receivers that trickle or never answer hold webhook
+threads only. dispatch claims a transition (compare-and-set on
+``processed``), so a duplicated or redelivered message sends nothing twice,
+then queues one ``deliver`` per endpoint. A delivery whose endpoint already
+has its cap of attempts in flight re-queues itself instead of waiting: one
+slow receiver holds at most GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY threads and
+the other endpoints' deliveries keep flowing.
 """
 
 import logging
@@ -13,12 +18,15 @@ from django.utils import timezone
 
 from dashboard.alerts import delivery
 from dashboard.alerts.formats import Event
+from dashboard.alerts.leases import endpoint_slot
 from dashboard.alerts.models import DeliveryAttempt, Transition, WebhookEndpoint
-from workers.celery_app import CONTROL_QUEUE, app
+from workers.celery_app import WEBHOOK_QUEUE, app
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 300.0
+# Seconds before a delivery that found its endpoint at its cap looks again.
+SLOT_WAIT = 0.5
 
 
 def max_attempts() -> int:
@@ -32,7 +40,7 @@ def backoff(attempt: int) -> float:
     return min(MAX_BACKOFF, base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
 
 
-@app.task(name="gpulse.alerts.dispatch", queue=CONTROL_QUEUE, ignore_result=True)
+@app.task(name="gpulse.alerts.dispatch", queue=WEBHOOK_QUEUE, ignore_result=True)
 def dispatch(transition_id: int) -> int:
     """Claim a transition and queue a delivery per interested endpoint; return how many."""
     claimed = Transition.objects.filter(id=transition_id, processed=None).update(processed=timezone.now())
@@ -48,22 +56,27 @@ def dispatch(transition_id: int) -> int:
     return len(endpoints)
 
 
-@app.task(bind=True, name="gpulse.alerts.deliver", queue=CONTROL_QUEUE, ignore_result=True, max_retries=None)
-def deliver(self, transition_id: int, endpoint_id: int) -> str:
-    """Make one attempt; on a temporary failure, retry later with exponential backoff and jitter."""
-    number = self.request.retries + 1
+@app.task(name="gpulse.alerts.deliver", queue=WEBHOOK_QUEUE, ignore_result=True)
+def deliver(transition_id: int, endpoint_id: int, number: int = 1) -> str:
+    """Make attempt ``number`` once the endpoint has a free slot; queue the next one on a temporary failure."""
     endpoint = WebhookEndpoint.objects.filter(id=endpoint_id, enabled=True).first()
     transition = Transition.objects.select_related("alert__rule").filter(id=transition_id).first()
     if endpoint is None or transition is None:
         log.info("webhook %s: endpoint or transition %s gone, nothing to deliver", endpoint_id, transition_id)
         return "gone"
-    logged = delivery.attempt(endpoint, Event.from_transition(transition), number, transition)
-    if logged.outcome == DeliveryAttempt.RETRY and number < max_attempts():
+    last = number >= max_attempts()
+    with endpoint_slot(endpoint.id) as held:
+        if not held:
+            # Not an attempt: look again shortly, leaving this thread to other endpoints.
+            deliver.apply_async((transition_id, endpoint_id, number), countdown=SLOT_WAIT * random.uniform(1, 2))
+            return "busy"
+        logged = delivery.attempt(endpoint, Event.from_transition(transition), number, transition, last=last)
+    if logged.outcome == DeliveryAttempt.RETRY:
         log.warning("webhook %s attempt %d: %s; retrying", endpoint.name, number, logged.error)
-        raise self.retry(countdown=backoff(number))
-    if logged.outcome != DeliveryAttempt.OK:
+        deliver.apply_async((transition_id, endpoint_id, number + 1), countdown=backoff(number))
+    elif logged.outcome != DeliveryAttempt.OK:
         log.error(
-            "webhook %s: giving up on event %s after attempt %d: %s",
-            endpoint.name, logged.event_id, number, logged.error,
+            "webhook %s: %s on event %s at attempt %d: %s",
+            endpoint.name, logged.get_outcome_display(), logged.event_id, number, logged.error,
         )
     return logged.outcome
