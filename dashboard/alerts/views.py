@@ -121,7 +121,8 @@ def webhook_send_test(request, pk):
     """Send a test event now, exactly as a delivery would, and report the outcome."""
     require(request, WEBHOOKS.perm("change"))
     endpoint = get_object_or_404(WebhookEndpoint, pk=pk)
-    logged = delivery.attempt(endpoint, Event.test(), 1)
+    # A test is sent once and never retried: a temporary failure is logged as given up.
+    logged = delivery.attempt(endpoint, Event.test(), 1, last=True)
     if logged.outcome == DeliveryAttempt.OK:
         messages.success(request, f"Test delivered: HTTP {logged.status_code} in {logged.duration_ms:.0f} ms.")
     else:
