@@ -98,6 +98,9 @@ class Stack:
             # Frames are large and sent to every browser: compressing each copy
             # costs the web process more CPU than the bandwidth it saves.
             "--ws-per-message-deflate", "false",
+            # The client address uvicorn puts in REMOTE_ADDR (the login lockout's key)
+            # comes from X-Forwarded-For only when a trusted proxy sent it.
+            "--forwarded-allow-ips", os.environ.get("GPULSE_FORWARDED_ALLOW_IPS", "127.0.0.1,::1"),
         )
         self.spawn("ingest", py, "manage.py", "ingest")
         self.spawn(
