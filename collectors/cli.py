@@ -18,7 +18,7 @@ from collectors.arguments import positive_float, positive_int
 from collectors.probe import ProbeRunner
 from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
 from collectors.simulated import SimulatedFleet, redis_fault_reader
-from collectors.sources import Source, SourceUnavailable
+from collectors.sources import Identity, Source, SourceUnavailable
 from gpulse.faults import parse_fault, parse_target
 from gpulse.keys import DEFAULT_REDIS_URL, Keys
 
@@ -162,6 +162,7 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
     else:
         publisher = RedisPublisher(args.redis_url, Keys(), buffer_size=args.buffer_size)
     source: Source | None = None
+    identity = Identity()
     retry_delay = 1.0
     # Deadlines sit on the wall clock's grid of whole intervals (as Telegraf's
     # round_interval does): NTP-synced nodes then sample together, so ingest
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
             if retry_delay > 1.0:
                 log.info("%s source available again", args.source)
                 retry_delay = 1.0
-            publisher.publish(samples)
+            publisher.publish(identity.stamp(samples))
             if args.once:
                 if publisher.pending:
                     print(f"gpulse collector: Redis at {publisher.where} unreachable; the sample was not written",

@@ -14,6 +14,7 @@ from redis.retry import Retry
 
 from gpulse.keys import TELEMETRY_MAXLEN, Keys, node_ttl
 from gpulse.schema import encode
+from gpulse.status import RECONNECT_BACKOFF_MAX
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,10 @@ log = logging.getLogger(__name__)
 DEFAULT_BUFFER_SIZE = 10_000
 # Samples per pipeline when a backlog is flushed, so one request stays a few MB.
 FLUSH_CHUNK = 5_000
+# A sample written this many seconds or more after it was taken carries the
+# wait as the entry's "held" field: ingest then tells a sample that waited out
+# an outage from one whose node's clock is behind (gpulse.status.place).
+HELD_REPORTED = 1.0
 
 
 class RedisPublisher:
@@ -40,7 +45,7 @@ class RedisPublisher:
         maxlen: int = TELEMETRY_MAXLEN,
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         backoff_initial: float = 0.5,
-        backoff_max: float = 5.0,
+        backoff_max: float = RECONNECT_BACKOFF_MAX,
         clock: Callable[[], float] = time.monotonic,
     ):
         # No retries inside redis-py: the buffer and backoff here are the retry,
@@ -50,7 +55,7 @@ class RedisPublisher:
         )
         self.keys = keys or Keys()
         self.maxlen = maxlen
-        self.buffer: deque[tuple[str, float, bytes]] = deque(maxlen=buffer_size)
+        self.buffer: deque[tuple[str, float, bytes, float]] = deque(maxlen=buffer_size)  # + when buffered
         self.dropped = 0
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -70,7 +75,8 @@ class RedisPublisher:
         overflow = len(self.buffer) + len(samples) - self.buffer.maxlen
         if overflow > 0:
             self.dropped += overflow
-        self.buffer.extend((sample["node"], sample["interval"], encode(sample)) for sample in samples)
+        now = self.clock()
+        self.buffer.extend((sample["node"], sample["interval"], encode(sample), now) for sample in samples)
         if self._outage_since is not None and self.clock() < self._retry_at:
             return
         self._flush()
@@ -83,12 +89,16 @@ class RedisPublisher:
                 # A transaction, so a connection lost mid-write leaves nothing half
                 # written to be sent twice on the next attempt.
                 pipe = self.client.pipeline(transaction=True)
-                for _, _, payload in chunk:
-                    pipe.xadd(self.keys.telemetry, {"s": payload}, maxlen=self.maxlen, approximate=True)
+                now = self.clock()
+                for _, _, payload, buffered in chunk:
+                    fields = {"s": payload}
+                    if now - buffered >= HELD_REPORTED:
+                        fields["held"] = f"{now - buffered:.3f}"
+                    pipe.xadd(self.keys.telemetry, fields, maxlen=self.maxlen, approximate=True)
                 if len(chunk) == len(self.buffer):
                     # Only the newest sample of each node is its "latest"; an older
                     # one would make the node look current with stale readings.
-                    newest = {node: (interval, payload) for node, interval, payload in chunk}
+                    newest = {node: (interval, payload) for node, interval, payload, _ in chunk}
                     for node, (interval, payload) in newest.items():
                         pipe.set(self.keys.node(node), payload, ex=node_ttl(interval))
                 pipe.execute()

@@ -160,6 +160,13 @@ GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)
 # cluster summary (a function), by dotted path so that live imports neither app.
 GPULSE_INGEST_EVALUATOR = "dashboard.alerts.evaluate.AlertEvaluator"
 GPULSE_INGEST_SUMMARY = "dashboard.summary.cluster_summary"
+# Seconds a node's clock may differ from Redis' before it is flagged "clock skew"
+# and its samples are placed at their arrival time.
+GPULSE_MAX_CLOCK_SKEW = env_float("GPULSE_MAX_CLOCK_SKEW", 30.0, minimum=1.0)
+# Seconds a node may stay down before ingest forgets it (known nodes, recent points, frames).
+GPULSE_NODE_FORGET_AFTER = env_float("GPULSE_NODE_FORGET_AFTER", 7 * 86400.0, minimum=60.0)
+# Seconds an ingest consumer with nothing pending may stay idle before it is removed from the group.
+GPULSE_INGEST_CONSUMER_FORGET_AFTER = env_float("GPULSE_INGEST_CONSUMER_FORGET_AFTER", 3600.0, minimum=60.0)
 
 # Benchmarks: where ranks meet (default: the job's first node, by name), the
 # port range to pick from, and the launch rate per user ("count/seconds").

@@ -74,11 +74,15 @@ MAX_XID = 2**31 - 1
 MAX_PROCESSES = 1024
 MAX_PID = 2**32 - 1
 INTERVAL_RANGE = (0.05, 3600.0)  # seconds between samples
-# A sample's ts is unix seconds from the epoch to 2100; where a reader passes
-# its clock (ingest, the web), also at most MAX_CLOCK_AHEAD ahead of it: a ts
-# in the future would keep a dead node "up".
+# A sample's ts is unix seconds from the epoch to 2100. It may be far from the
+# reader's clock: a node whose clock is off is still read (gpulse.status judges
+# freshness by arrival time and places such samples at it), never rejected.
 MAX_TS = 4_102_444_800.0
-MAX_CLOCK_AHEAD = 300.0
+# Optional collector identity (both or neither): "boot" names one run of a
+# collector, "seq" counts that run's samples of the node, so ingest can drop a
+# duplicate send and notice a restart.
+BOOT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_SEQ = 2**63 - 1
 
 
 class MalformedSample(ValueError):
@@ -197,8 +201,8 @@ def _check_process(process, where: str) -> int:
     return 0
 
 
-def validate(sample, now: float | None = None) -> int:
-    """Check ``sample`` against the version-1 contract, in place; ``now``: the reader's clock, if it judges freshness.
+def validate(sample) -> int:
+    """Check ``sample`` against the version-1 contract, in place.
 
     Raise MalformedSample naming the first structural problem (wrong type,
     missing field, a bound exceeded). A reading outside its Metric range, or
@@ -228,10 +232,12 @@ def validate(sample, now: float | None = None) -> int:
         raise MalformedSample(f"node {node}: interval {_show(interval)} is not within {low}..{high} s")
     if not 0 <= ts <= MAX_TS:
         raise MalformedSample(f"node {node}: ts {_show(ts)} is not a unix time (0..{MAX_TS:.0f})")
-    if now is not None and ts > now + MAX_CLOCK_AHEAD:
-        raise MalformedSample(
-            f"node {node}: ts {ts:.0f} is {ts - now:.0f} s ahead of this clock (at most {MAX_CLOCK_AHEAD:.0f})"
-        )
+    seq, boot = sample.get("seq"), sample.get("boot")
+    if seq is not None or boot is not None:
+        if type(seq) is not int or not 0 <= seq <= MAX_SEQ:
+            raise MalformedSample(f"node {node}: seq {_show(seq)} is not an integer 0..2^63-1")
+        if type(boot) is not str or BOOT.fullmatch(boot) is None:
+            raise MalformedSample(f"node {node}: boot {_show(boot)} is not 1-64 letters, digits, '-' or '_'")
     gpus = sample.get("gpus")
     if type(gpus) is not list:
         raise MalformedSample(f"node {node}: missing field 'gpus'")
@@ -272,7 +278,7 @@ def validate(sample, now: float | None = None) -> int:
     return nulled
 
 
-def read(raw: bytes | str, now: float | None = None) -> tuple[dict, int]:
+def read(raw: bytes | str) -> tuple[dict, int]:
     """Return (the sample in ``raw``, how many readings were out of range and nulled); raise MalformedSample."""
     if len(raw) > MAX_ENTRY_BYTES:
         raise MalformedSample(f"entry of {len(raw)} bytes, more than {MAX_ENTRY_BYTES}")
@@ -286,9 +292,9 @@ def read(raw: bytes | str, now: float | None = None) -> tuple[dict, int]:
             sample = json.loads(raw)
         except (ValueError, RecursionError):
             raise MalformedSample(f"not JSON: {exc}") from None
-    return sample, validate(sample, now)
+    return sample, validate(sample)
 
 
-def parse(raw: bytes | str, now: float | None = None) -> dict:
+def parse(raw: bytes | str) -> dict:
     """Return the sample in ``raw``, or raise MalformedSample naming the problem."""
-    return read(raw, now)[0]
+    return read(raw)[0]

@@ -35,7 +35,7 @@ def cluster(*nodes) -> ClusterState:
     state = ClusterState()
     for name, status, gpus in nodes:
         sample = {"v": 1, "node": name, "ts": T0, "interval": 1.0, "gpus": gpus}
-        state.nodes[name] = NodeState(name=name, sample=sample, status=status)
+        state.nodes[name] = NodeState(name=name, sample=sample, arrived=T0, placed=T0, status=status)
     return state
 
 

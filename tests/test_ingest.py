@@ -1,3 +1,4 @@
+import itertools
 import time
 
 import orjson
@@ -38,8 +39,23 @@ def make_ingest(redis_client, frames):
     return make
 
 
-def xadd(client, raw):
-    client.xadd(Keys().telemetry, {"s": raw})
+def xadd(client, raw, at=None, held=None):
+    """Add an entry; ``at``: its arrival time (unix s, for a test's fake clock); ``held``: s its collector held it."""
+    fields = {"s": raw} if held is None else {"s": raw, "held": str(held)}
+    client.xadd(Keys().telemetry, fields, id=entry_at(at) if at is not None else "*")
+
+
+ENTRY_SEQ = itertools.count()
+
+
+def entry_at(ts: float) -> bytes:
+    """A stream entry id that arrived at ``ts`` (its millisecond part), for apply() and fake clocks."""
+    return f"{int(ts * 1000)}-{next(ENTRY_SEQ)}".encode()
+
+
+def apply(ingest, sample):
+    """Apply ``sample`` as if it reached the stream at its own ts."""
+    ingest.apply(sample, entry_at(sample["ts"]), {})
 
 
 def test_it_sends_one_frame_per_tick_for_many_samples(redis_client, make_ingest, frames):
@@ -80,7 +96,7 @@ def test_a_malformed_entry_is_counted_and_skipped_without_losing_its_batch(redis
 
 
 def test_a_node_goes_stale_then_down_as_its_data_ages(redis_client, make_ingest, frames):
-    clock = Clock(1_000_000.0)
+    clock = Clock(time.time())  # ages count from arrival on the stream, on Redis' (this machine's) clock
     ingest = make_ingest(clock=clock)
     xadd(redis_client, schema.encode(sample("n1", ts=clock.now, interval=1.0)))
     ingest.read(block_ms=10)
@@ -112,7 +128,7 @@ def test_a_late_buffered_sample_does_not_replace_a_newer_one(redis_client, make_
     ingest = make_ingest()
     now = time.time()
     xadd(redis_client, schema.encode(sample("n1", ts=now, util=90)))
-    xadd(redis_client, schema.encode(sample("n1", ts=now - 30, util=10)))
+    xadd(redis_client, schema.encode(sample("n1", ts=now - 30, util=10)), held=30)  # buffered through an outage
     ingest.read(block_ms=10)
     assert ingest.state.nodes["n1"].sample["gpus"][0]["util"] == 90
 
@@ -152,7 +168,7 @@ def test_a_restarted_ingest_remembers_nodes_whose_key_expired(redis_client, make
     first.read(block_ms=10)
     first.emit(time.time())
     redis_client.delete(Keys().node("gone"))
-    second = make_ingest()
+    second = make_ingest(clock=lambda: time.time() + 100)  # started 100 s after the node's last sample
     second.load_known_nodes()
     assert second.state.nodes["gone"].status == "down"
 
@@ -161,7 +177,7 @@ def test_minute_rollups_are_written_in_bulk_with_min_mean_max(redis_client, make
     ingest = make_ingest()
     minute = 1_700_000_040.0  # a minute boundary
     for second, util in ((0, 10), (20, 30), (40, 50)):
-        ingest.apply(sample("n1", gpus=2, ts=minute + second, util=util))
+        apply(ingest, sample("n1", gpus=2, ts=minute + second, util=util))
     assert GpuRollup.objects.count() == 0
     ingest.rollups.flush(now=minute + 200)
     rows = GpuRollup.objects.filter(node="n1").order_by("gpu")
@@ -227,18 +243,18 @@ def test_a_burst_that_arrives_in_parts_goes_out_in_one_frame(redis_client, make_
     clock = Clock(999_999.05)
     ingest = make_ingest(clock=clock)
     for name in ("a", "b"):
-        xadd(redis_client, schema.encode(sample(name, ts=999_999.0)))
+        xadd(redis_client, schema.encode(sample(name, ts=999_999.0)), at=999_999.0)
     ingest.step()
     ingest.step()
     assert len(frames) == 1
     # The next tick's burst: two collectors finish 100 ms apart.
     clock.now = 1_000_000.05
-    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)))
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)), at=1_000_000.0)
     ingest.step()
     ingest.step()
     assert len(frames) == 1, "b is due: the frame waits for it"
     clock.now = 1_000_000.15
-    xadd(redis_client, schema.encode(sample("b", ts=1_000_000.0)))
+    xadd(redis_client, schema.encode(sample("b", ts=1_000_000.0)), at=1_000_000.0)
     ingest.step()
     ingest.step()
     assert len(frames) == 2 and set(frames[-1]["nodes"]) == {"a", "b"}
@@ -250,11 +266,11 @@ def test_a_node_that_does_not_report_holds_the_frame_back_only_briefly(redis_cli
     clock = Clock(999_999.05)
     ingest = make_ingest(clock=clock)
     for name in ("a", "silent"):
-        xadd(redis_client, schema.encode(sample(name, ts=999_999.0)))
+        xadd(redis_client, schema.encode(sample(name, ts=999_999.0)), at=999_999.0)
     ingest.step()
     ingest.step()
     clock.now = 1_000_000.05
-    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)))
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)), at=1_000_000.0)
     ingest.step()
     ingest.step()
     assert len(frames) == 1
@@ -269,7 +285,7 @@ def test_a_frame_sent_on_the_tick_alone_does_not_hold_back_the_next_burst(redis_
     ingest.step()
     assert len(frames) == 0 or frames[-1]["nodes"] == {}
     clock.now = 1_000_001.05
-    xadd(redis_client, schema.encode(sample("a", ts=1_000_001.0)))
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_001.0)), at=1_000_001.0)
     ingest.step()
     ingest.step()
     assert set(frames[-1]["nodes"]) == {"a"}, "the burst goes out when it is over, not a tick after the last frame"
@@ -278,17 +294,17 @@ def test_a_frame_sent_on_the_tick_alone_does_not_hold_back_the_next_burst(redis_
 def test_a_straggler_waits_for_the_next_ticks_frame(redis_client, make_ingest, frames):
     clock = Clock(1_000_000.05)
     ingest = make_ingest(clock=clock)
-    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)))
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)), at=1_000_000.0)
     ingest.step()
     ingest.step()
     sent = len(frames)
     clock.now = 1_000_000.3
-    xadd(redis_client, schema.encode(sample("late", ts=1_000_000.0)))
+    xadd(redis_client, schema.encode(sample("late", ts=1_000_000.0)), at=1_000_000.0)
     ingest.step()
     ingest.step()
     assert len(frames) == sent, "one frame with samples per tick"
     clock.now = 1_000_001.05
-    xadd(redis_client, schema.encode(sample("a", ts=1_000_001.0)))
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_001.0)), at=1_000_001.0)
     ingest.step()
     ingest.step()
     assert len(frames) == sent, "late is due again: the frame waits for its new sample"
@@ -300,17 +316,17 @@ def test_a_straggler_waits_for_the_next_ticks_frame(redis_client, make_ingest, f
 def test_samples_read_a_tick_late_do_not_keep_frames_a_tick_behind(redis_client, make_ingest, frames):
     clock = Clock(1_000_001.05)  # ingest was held up: it reads the burst of 1_000_000 a tick late
     ingest = make_ingest(clock=clock)
-    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)))
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)), at=1_000_000.0)
     ingest.step()
     ingest.step()
     assert frames == [], "a sample an interval old is due again: the frame waits for this tick's burst"
     clock.now = 1_000_001.1
-    xadd(redis_client, schema.encode(sample("a", ts=1_000_001.0)))
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_001.0)), at=1_000_001.0)
     ingest.step()
     ingest.step()
     assert [f["nodes"]["a"]["ts"] for f in frames] == [1_000_001.0]
     clock.now = 1_000_002.1
-    xadd(redis_client, schema.encode(sample("a", ts=1_000_002.0)))
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_002.0)), at=1_000_002.0)
     ingest.step()
     ingest.step()
     assert [f["nodes"]["a"]["ts"] for f in frames] == [1_000_001.0, 1_000_002.0], "in step with the collectors"
@@ -323,7 +339,7 @@ def test_a_nodes_recent_points_never_exceed_the_limit(redis_client, make_ingest,
     ingest = make_ingest()
     lengths = []
     for second in range(45):
-        ingest.apply(sample("n1", ts=1_700_000_000.0 + second))
+        apply(ingest, sample("n1", ts=1_700_000_000.0 + second))
         ingest.emit(time.time())
         lengths.append(redis_client.llen(Keys().recent("n1")))
     assert max(lengths) <= 30 and min(lengths[30:]) >= 30 - RECENT_TRIM_EVERY
@@ -341,15 +357,15 @@ def test_a_firing_alert_flags_its_gpu_in_the_next_frame_and_clears_with_it(redis
     ingest = make_ingest(evaluator=AlertEvaluator(enqueue=lambda transition_ids: None))
     hot = sample("n1", gpus=2)
     hot["gpus"][1]["temp"] = 91
-    ingest.apply(hot)
+    apply(ingest, hot)
     ingest.emit(time.time())  # evaluated after this frame went out
-    ingest.apply(sample("n1", gpus=2, ts=hot["ts"] + 1) | {"gpus": hot["gpus"]})
+    apply(ingest, sample("n1", gpus=2, ts=hot["ts"] + 1) | {"gpus": hot["gpus"]})
     ingest.emit(time.time())
     rows = frames[-1]["nodes"]["n1"]["gpus"]
     assert rows[1][-1] & FLAG_ALERT and not rows[0][-1] & FLAG_ALERT
     snapshot = orjson.loads(redis_client.get(Keys().snapshot))
     assert snapshot["nodes"]["n1"]["gpus"][1][-1] & FLAG_ALERT
-    ingest.apply(sample("n1", gpus=2, ts=hot["ts"] + 2))  # back to 60 °C: resolved
+    apply(ingest, sample("n1", gpus=2, ts=hot["ts"] + 2))  # back to 60 °C: resolved
     ingest.emit(time.time())
     ingest.emit(time.time())  # no new sample: the cleared flag still reaches browsers
     assert not frames[-1]["nodes"]["n1"]["gpus"][1][-1] & FLAG_ALERT
@@ -362,7 +378,7 @@ def test_a_big_minute_of_rollups_is_written_over_several_ticks(make_ingest, monk
     ingest = make_ingest()
     minute = 1_700_000_040.0
     for node in ("n1", "n2"):
-        ingest.apply(sample(node, gpus=4, ts=minute + 10))
+        apply(ingest, sample(node, gpus=4, ts=minute + 10))
     written = [ingest.rollups.flush(now=minute + 200 + tick) for tick in range(4)]
     assert written == [3, 3, 2, 0]
     assert GpuRollup.objects.count() == 8
@@ -375,8 +391,8 @@ def test_rollups_skip_null_readings_and_lost_gpus_and_count_a_backlog_in_one_bat
     for second, power in ((0, 300.0), (1, None), (2, 500.0)):  # applied together, as a flushed backlog is
         s = sample("n1", gpus=2, ts=minute + second, power=power)
         s["gpus"][1] = {"index": 1, "uuid": "GPU-1", "lost": True, **{m: None for m in schema.GPU_METRIC_NAMES}}
-        ingest.apply(s)
-    ingest.apply(sample("n2", gpus=1, ts=minute, power=None))
+        apply(ingest, s)
+    apply(ingest, sample("n2", gpus=1, ts=minute, power=None))
     ingest.rollups.flush(now=minute + 200)
     rows = {(r.node, r.gpu): r for r in GpuRollup.objects.all()}
     assert set(rows) == {("n1", 0), ("n2", 0)}, "a lost GPU has no readings to roll up"

@@ -20,7 +20,7 @@ from dashboard.live.health import health
 from dashboard.live.models import GpuRollup
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, Keys
-from tests.celery_workers import control_worker_running
+from tests.celery_workers import webhook_worker_running
 from tests.samples import gpu, sample
 from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 
@@ -136,7 +136,7 @@ def xid_webhook(receiver, settings):  # noqa: F811
     Rule.objects.all().delete()
     Rule.objects.create(name="xid", metric="gpu.xid", comparison=">", threshold=0, for_seconds=0, severity="critical")
     WebhookEndpoint.objects.create(name="ops", url=receiver.url + "/hook", secret="s", format="gpulse")
-    with control_worker_running():
+    with webhook_worker_running():
         yield receiver
 
 
@@ -149,7 +149,8 @@ def test_poison_entries_are_acknowledged_and_counted_while_good_nodes_go_on(inge
     nulled, readings = nulled_readings(now)
     ingest.client.xadd(keys.telemetry, {"x": "an entry without a sample"})
     for entry in rejected + nulled:
-        ingest.client.xadd(keys.telemetry, {"s": schema.encode(sample("good-old", ts=old))})
+        # Held by its collector through an outage: placed at its own ts, in a finished minute.
+        ingest.client.xadd(keys.telemetry, {"s": schema.encode(sample("good-old", ts=old)), "held": str(now - old)})
         ingest.client.xadd(keys.telemetry, {"s": entry})
         ingest.send_good()
 

@@ -62,11 +62,14 @@ GPU_READERS = {
 }
 
 
-def node_status_value(metric: str, status: str) -> int:
-    """Return 1 when the node is in the state node.down / node.stale names, else 0."""
+def node_value(metric: str, node) -> int:
+    """Return 1 when the node (a dashboard.live.state.NodeState) is in the state node.down,
+    node.stale or node.clock_skew names, else 0."""
     if metric == "node.down":
-        return 1 if status == DOWN else 0
-    return 1 if status in (STALE, DOWN) else 0
+        return 1 if node.status == DOWN else 0
+    if metric == "node.clock_skew":
+        return 0 if node.skew is None else 1
+    return 1 if node.status in (STALE, DOWN) else 0
 
 
 @dataclass(frozen=True)

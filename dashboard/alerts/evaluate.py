@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Q
 
-from dashboard.alerts.conditions import CompiledRule, node_status_value
+from dashboard.alerts.conditions import CompiledRule, node_value
 from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition, fingerprint
 from dashboard.live.state import ClusterState
 from gpulse.ratelog import RateLimitedLog
@@ -216,7 +216,7 @@ class AlertEvaluator:
                     continue
                 value = probes.get(name)
             else:
-                value = node_status_value(rule.metric, status)
+                value = node_value(rule.metric, node)
             if value is None:
                 continue
             if rule.test(value):

@@ -28,6 +28,7 @@ METRICS = (
     ("gpu.throttle", "throttle reason present (1 = present)"),
     ("node.down", "node down: latest sample expired (1 = down)"),
     ("node.stale", "node stale or down (1 = stale)"),
+    ("node.clock_skew", "node's clock off by more than GPULSE_MAX_CLOCK_SKEW (1 = off)"),
     ("probe.busbw", "NCCL probe bus bandwidth (GB/s)"),
 )
 COMPARISONS = (">", ">=", "<", "<=", "==", "!=")

@@ -13,23 +13,32 @@ from gpulse.status import DOWN, node_status
 def node_view(name: str, raw: bytes | None, seen: dict | None, now: float) -> dict:
     """One node as the API shows it; a down node carries no GPU values.
 
-    Collectors write a node's key themselves: one the sample contract rejects
-    shows as down with the reason, never as an error page or a failed scrape.
+    Its status is judged by when ingest last received a sample from it
+    (``arrived``), never by its own clock; ``clock_skew`` is how far that
+    clock is off (seconds) while beyond GPULSE_MAX_CLOCK_SKEW, else null.
+    ``boot`` and ``restarts`` are its collector's run and the restarts ingest
+    saw. Collectors write a node's key themselves: one the sample contract
+    rejects shows as down with the reason, never as an error page or a failed scrape.
     """
+    seen = seen or {}
+    identity = {"clock_skew": seen.get("skew"), "boot": seen.get("boot"), "restarts": seen.get("restarts", 0)}
     try:
-        sample = schema.parse(raw, now) if raw is not None else None
+        sample = schema.parse(raw) if raw is not None else None
     except schema.MalformedSample as exc:
-        return {"node": name, "status": DOWN, "ts": seen["ts"] if seen else None, "gpus": [],
+        return {"node": name, "status": DOWN, "ts": seen.get("ts"), "gpus": [], **identity,
                 "error": f"latest sample rejected: {exc}"}
     if sample is None:
-        return {"node": name, "status": DOWN, "ts": seen["ts"] if seen else None, "gpus": []}
+        return {"node": name, "status": DOWN, "ts": seen.get("ts"), "gpus": [], **identity}
+    # Its key exists, so it arrived within the key's lifetime; before ingest recorded it, judge by ts.
+    arrived = seen.get("arrived", sample["ts"])
     return {
         "node": name,
-        "status": node_status(sample["ts"], sample["interval"], now),
-        "ts": sample["ts"],
+        "status": node_status(arrived, sample["interval"], now),
+        "ts": sample["ts"] if identity["clock_skew"] is None else seen["ts"],
         "interval": sample["interval"],
         "gpus": sample["gpus"],
         "host": sample.get("host"),
+        **identity,
     }
 
 

@@ -14,7 +14,11 @@ Rows hold one value per name in ``fields``, rounded to display precision
 ``meta`` (model, memory total in MiB, power limit in W, per GPU) comes with a
 node's first row and whenever it changes. ``probe`` is the node's newest
 bandwidth probe: {"busbw", "median" (of its earlier probes), "low", "status",
-"ts"} (dashboard.live.probes), present once the node has been probed. A delta
+"ts"} (dashboard.live.probes), present once the node has been probed. ``skew``
+(seconds, the node's clock minus Redis') is present while the node's clock is
+off by more than GPULSE_MAX_CLOCK_SKEW: its ``ts`` is then when its sample was
+taken, not what its clock said. ``forgotten`` (a delta's list of node names)
+names nodes pruned after GPULSE_NODE_FORGET_AFTER: browsers drop them. A delta
 carries only the nodes that sent a sample this tick (with their ``ts``) or
 whose status, probe or alert flags changed. A down node's rows are all null:
 its last values are never shown as if current.
@@ -102,6 +106,14 @@ class FrameBuilder:
         self._new_meta: set[str] = set()  # nodes whose meta the browsers have not had in a delta
         self._entries: dict[str, dict] = {}  # node -> its entry as last framed, without meta
         self._alerting: dict[str, frozenset] = {}  # node -> GPU indexes with a firing alert, as last framed
+        self._forgotten: set[str] = set()  # nodes pruned since the last delta
+
+    def forget(self, name: str) -> None:
+        """Drop a pruned node: the next delta names it in ``forgotten``, snapshots leave it out."""
+        for cache in (self._rows, self._meta, self._identity, self._entries, self._alerting):
+            cache.pop(name, None)
+        self._new_meta.discard(name)
+        self._forgotten.add(name)
 
     def update(self, node: NodeState) -> list:
         """Compute the rows of the node's new latest sample (ingest calls this as samples arrive,
@@ -131,7 +143,9 @@ class FrameBuilder:
             gpus = [[None] * len(FIELDS) for _ in rows]
         else:
             gpus = _with_alerts(rows, sample["gpus"], alerting) if alerting else rows
-        entry = {"ts": sample["ts"], "interval": sample["interval"], "status": node.status, "gpus": gpus}
+        entry = {"ts": node.ts, "interval": sample["interval"], "status": node.status, "gpus": gpus}
+        if node.skew is not None:
+            entry["skew"] = round(node.skew, 1)
         if node.name in probes:
             entry["probe"] = probes[node.name]
         return entry
@@ -165,10 +179,14 @@ class FrameBuilder:
         self._new_meta.difference_update(delta_nodes)
         sent = time.time()
         snapshot_nodes = {name: {**self._entries[name], "meta": self._meta[name]} for name in state.nodes}
-        delta = self._encode("delta", sent, delta_nodes, summary) if delta_nodes else None
+        delta = None
+        if delta_nodes or self._forgotten:
+            delta = self._encode("delta", sent, delta_nodes, summary, sorted(self._forgotten))
+            self._forgotten.clear()
         return delta, self._encode("snapshot", sent, snapshot_nodes, summary)
 
-    def _encode(self, kind: str, sent: float, nodes: dict, summary: dict) -> bytes:
-        return orjson.dumps(
-            {"type": kind, "seq": self.seq, "sent": sent, "fields": FIELDS, "nodes": nodes, "summary": summary}
-        )
+    def _encode(self, kind: str, sent: float, nodes: dict, summary: dict, forgotten: list | None = None) -> bytes:
+        frame = {"type": kind, "seq": self.seq, "sent": sent, "fields": FIELDS, "nodes": nodes, "summary": summary}
+        if forgotten:
+            frame["forgotten"] = forgotten
+        return orjson.dumps(frame)

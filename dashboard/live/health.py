@@ -1,7 +1,9 @@
 """/healthz: Redis, the database, ingest and alert evaluation, each ok or failing with a reason.
 
 Red only for gpulse's own faults: entries a node sends that the sample
-contract rejects are counted in the ingest detail, never a failure.
+contract rejects, and nodes whose clock is off, are counted in the ingest
+detail, never a failure. Ingest lag is measured from each sample's arrival on
+the stream, so no node's clock can make it look behind.
 
 /healthz needs no login, so a failure is named, never described: exception
 text (host names, ports, driver messages) goes to the log only.
@@ -54,8 +56,9 @@ def check_ingest(beat: dict | None) -> tuple[bool, str]:
         return False, f"stalled: last tick {age:.0f} s ago"
     lag = beat.get("lag_max")
     if lag is not None and lag > limit:
-        return False, f"lagging: newest samples are {lag:.1f} s old when sent"
-    return True, f"ok: lag {lag or 0:.2f} s, {beat['nodes']} nodes, {beat.get('rejected', 0)} entries rejected"
+        return False, f"lagging: samples waited {lag:.1f} s on the stream before their frame"
+    return True, (f"ok: lag {lag or 0:.2f} s, {beat['nodes']} nodes, {beat.get('rejected', 0)} entries rejected, "
+                  f"{beat.get('nodes_clock_skew', 0)} with clock skew")
 
 
 def check_alerts(beat: dict | None) -> tuple[bool, str]:

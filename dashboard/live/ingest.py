@@ -19,13 +19,14 @@ import orjson
 import redis
 
 from dashboard.live.frames import FrameBuilder
+from dashboard.live.identity import DUPLICATE, NEW, RESTART, CollectorIdentity
 from dashboard.live.probes import ProbeTracker
 from dashboard.live.rollups import RollupAccumulator
 from dashboard.live.state import ClusterState, NodeState
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, RECENT_POINTS, Keys
 from gpulse.ratelog import RateLimitedLog
-from gpulse.status import DOWN, UP
+from gpulse.status import DEFAULT_MAX_CLOCK_SKEW, DOWN, UP, place
 
 log = logging.getLogger("gpulse.ingest")
 
@@ -54,6 +55,15 @@ GC_THRESHOLDS = (50_000, 20, 100)
 # RECENT_POINTS minus as many, so it never holds more than RECENT_POINTS: at
 # 1,000 nodes an LTRIM per push was nearly half of each tick's Redis commands.
 RECENT_TRIM_EVERY = 10
+# Nodes and consumers unseen for their configured time are forgotten, checked this often.
+PRUNE_EVERY = 60.0
+DEFAULT_FORGET_NODES_AFTER = 7 * 86400.0
+DEFAULT_FORGET_CONSUMERS_AFTER = 3600.0
+
+
+def arrival_time(entry_id: bytes) -> float:
+    """When the entry reached the stream, in unix seconds on Redis' clock: its id's millisecond part."""
+    return int(entry_id.split(b"-", 1)[0]) / 1000
 
 
 class Ingest:
@@ -68,6 +78,9 @@ class Ingest:
         summary: Callable[[], dict] | None = None,
         consumer: str | None = None,
         probe_low_fraction: float = 0.2,
+        max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW,
+        forget_nodes_after: float = DEFAULT_FORGET_NODES_AFTER,
+        forget_consumers_after: float = DEFAULT_FORGET_CONSUMERS_AFTER,
     ):
         self.redis = client
         self.publish = publish
@@ -77,7 +90,9 @@ class Ingest:
         self.evaluator = evaluator
         self.summary = summary or dict
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
-        self.state = ClusterState()
+        self.state = ClusterState(max_skew=max_clock_skew)
+        self.forget_nodes_after = forget_nodes_after
+        self.forget_consumers_after = forget_consumers_after
         self.frames = FrameBuilder()
         self.rollups = RollupAccumulator()
         self.probes = ProbeTracker(client, self.keys, probe_low_fraction)
@@ -87,10 +102,14 @@ class Ingest:
         self.last_frame = 0.0
         self.last_data_frame = 0.0
         self.last_reclaim = 0.0
+        self.last_prune = 0.0
         self.group_ready = False
+        self.connected_before = False  # a later ensure_group() means Redis was away or restarted
         self.processed = 0
         self.rejected = 0  # entries refused by the sample contract, or that failed to apply
         self.nulled = 0  # readings out of their range, set to null
+        self.duplicates = 0  # samples sent twice (same boot and seq), dropped
+        self.collector_restarts = 0
         self.stage_failures = 0  # per-tick database stages (summary, rollups) that raised
         self.rejections = RateLimitedLog(log)
         self.stage_errors = RateLimitedLog(log, limit=1)
@@ -105,7 +124,9 @@ class Ingest:
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
-        self.group_ready = True
+        if self.connected_before:
+            self.state.hold(self.clock())
+        self.connected_before = self.group_ready = True
 
     def load_known_nodes(self) -> None:
         """Start from what Redis remembers, so a restarted ingest still knows down nodes."""
@@ -118,19 +139,23 @@ class Ingest:
         latest = self.redis.mget([self.keys.node(name) for name in names])
         now = self.clock()
         for name, raw in zip(names, latest):
+            seen = orjson.loads(known[name.encode()])
             try:
                 sample = schema.parse(raw) if raw else None
             except schema.MalformedSample:
                 sample = None
             if sample is None:
-                seen = orjson.loads(known[name.encode()])
                 sample = {"v": 1, "node": name, "ts": seen["ts"], "interval": seen["interval"], "gpus": []}
                 try:
                     schema.validate(sample)
                 except schema.MalformedSample as exc:
                     log.warning("forgetting node %s: what Redis remembers of it is not valid: %s", name, exc)
                     continue
-            self.state.nodes[name] = NodeState(name, sample)
+            # An ingest before arrival times judged by ts: its entries have no "arrived".
+            arrived = seen.get("arrived", seen["ts"])
+            placed, skew = place(sample["ts"], arrived, self.state.max_skew)
+            identity = CollectorIdentity(seen.get("boot"), seen.get("restarts", 0))
+            self.state.nodes[name] = NodeState(name, sample, arrived, placed, skew, identity=identity)
         self.state.refresh_statuses(now)
 
     def read(self, block_ms: int | None) -> int:
@@ -147,9 +172,12 @@ class Ingest:
                 return 0
             raise
         if not reply:
+            self.state.catching_up = False
             return 0
         entries = reply[0][1]
         self.handle(entries)
+        if len(entries) < READ_BATCH:
+            self.state.catching_up = False
         return len(entries)
 
     def reclaim(self) -> int:
@@ -174,18 +202,17 @@ class Ingest:
         left pending would be reclaimed and fail again, forever.
         """
         try:
-            now = time.time()
             for entry_id, fields in entries:
                 if fields is None:  # trimmed away by MAXLEN before we got to it
                     continue
                 try:
-                    sample, nulled = schema.read(fields.get(b"s", b""), now)
+                    sample, nulled = schema.read(fields.get(b"s", b""))
                 except schema.MalformedSample as exc:
                     self.reject(entry_id, exc)
                     continue
                 self.nulled += nulled
                 try:
-                    self.apply(sample)
+                    self.apply(sample, entry_id, fields)
                 except Exception as exc:  # a valid sample ingest cannot take is a bug: log it, keep going
                     self.reject(entry_id, exc, exc_info=True)
         finally:
@@ -195,21 +222,73 @@ class Ingest:
         self.rejected += 1
         self.rejections.warning("rejected telemetry entry %s: %s", entry_id.decode(), reason, exc_info=exc_info)
 
-    def apply(self, sample: dict) -> None:
-        self.processed += 1
-        self.rollups.add(sample)
-        name = sample["node"]
+    def apply(self, sample: dict, entry_id: bytes, fields: dict) -> None:
+        """Take in one valid sample; ``entry_id`` and ``fields`` are its stream entry."""
+        arrived = arrival_time(entry_id)
+        # Seconds its collector held it (Redis was away): it was taken that much before it arrived.
+        held = float(fields.get(b"held", 0))
+        name, seq = sample["node"], sample.get("seq")
         node = self.state.nodes.get(name)
-        if node is None:
-            node = self.state.nodes[name] = NodeState(name, sample)
-        elif sample["ts"] >= node.ts:  # a late, buffered sample must not replace a newer one
-            node.sample = sample
-        else:
+        identity = node.identity if node is not None else CollectorIdentity()
+        verdict = identity.check(sample["boot"], seq) if seq is not None else None
+        if verdict == DUPLICATE:
+            self.duplicates += 1
             return
+        if verdict == RESTART:
+            self.collector_restarts += 1
+            log.info("node %s: its collector restarted (run %s, %d restarts seen)", name, sample["boot"],
+                     identity.restarts)
+        self.processed += 1
+        placed, skew = place(sample["ts"], arrived - held, self.state.max_skew)
+        # A node whose clock is off has its minutes by when its samples were taken, not by its clock.
+        self.rollups.add(sample if skew is None else {**sample, "ts": placed})
+        if node is None:
+            node = self.state.nodes[name] = NodeState(name, sample, arrived, placed, skew, identity=identity)
+        else:
+            node.arrived = max(node.arrived, arrived)
+            # A late entry (a backlog, one reclaimed from a dead consumer) must not replace a newer one.
+            if verdict is None:
+                newer = placed >= node.placed
+            else:
+                newer = verdict == RESTART or verdict == NEW and identity.is_newest(seq)
+            if not newer:
+                return
+            node.sample, node.placed, node.skew = sample, placed, skew
         self.frames.update(node)
         if not self.sampled:
             self.burst_started = self.clock()
         self.sampled.add(name)
+
+    # -- pruning ----------------------------------------------------------------
+
+    def prune(self, now: float) -> None:
+        """Forget nodes down for longer than forget_nodes_after, and consumers idle past forget_consumers_after."""
+        for name in [name for name, node in self.state.nodes.items()
+                     if node.status == DOWN and now - node.arrived > self.forget_nodes_after]:
+            self.forget_node(name)
+        self.forget_idle_consumers()
+
+    def forget_node(self, name: str) -> None:
+        log.info("forgetting node %s: nothing from it for %.0f s", name, self.forget_nodes_after)
+        del self.state.nodes[name]
+        self.pushes.pop(name, None)
+        self.sampled.discard(name)
+        self.frames.forget(name)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hdel(self.keys.known_nodes, name)
+        pipe.delete(self.keys.recent(name), self.keys.probe_history(name))
+        pipe.execute()
+
+    def forget_idle_consumers(self) -> None:
+        """Delete the group's consumers (dead ingests) idle that long with nothing pending: they own nothing."""
+        idle_ms = self.forget_consumers_after * 1000
+        for consumer in self.redis.xinfo_consumers(self.keys.telemetry, INGEST_GROUP):
+            name = consumer["name"]
+            name = name.decode(errors="replace") if isinstance(name, bytes) else name
+            if name != self.consumer and consumer["pending"] == 0 and consumer["idle"] > idle_ms:
+                # DELCONSUMER answers how many entries it dropped: 0 unless one was read since.
+                dropped = self.redis.xgroup_delconsumer(self.keys.telemetry, INGEST_GROUP, name)
+                log.info("removed idle ingest consumer %s (%d pending entries dropped)", name, dropped)
 
     # -- one tick ---------------------------------------------------------------
 
@@ -231,6 +310,9 @@ class Ingest:
         if now - self.last_reclaim >= RECLAIM_EVERY:
             self.last_reclaim = now
             self.reclaim()
+        if now - self.last_prune >= PRUNE_EVERY:
+            self.last_prune = now
+            self.prune(now)
 
     def _tick_of(self, t: float) -> int:
         """Index of the tick on the wall clock's grid: at most one frame with samples per tick.
@@ -264,7 +346,8 @@ class Ingest:
         nodes = self.state.nodes
         sent = time.time()
         if self.sampled:
-            self.lags = [sent - nodes[name].ts for name in self.sampled]
+            # From arrival, not the node's ts: lag is ingest's own delay, whatever a node's clock says.
+            self.lags = [sent - nodes[name].arrived for name in self.sampled]
 
         # The snapshot is written before the delta goes out: a browser that joins
         # in between then reads a snapshot as new as that delta, never older.
@@ -276,8 +359,7 @@ class Ingest:
         if self.sampled:
             pipe.hset(
                 self.keys.known_nodes,
-                mapping={name: orjson.dumps({"ts": nodes[name].ts, "interval": nodes[name].interval})
-                         for name in self.sampled},
+                mapping={name: orjson.dumps(nodes[name].known()) for name in self.sampled},
             )
         pushes = self.pushes
         for name in self.sampled:
@@ -313,10 +395,14 @@ class Ingest:
             "processed": self.processed,
             "rejected": self.rejected,
             "nulled": self.nulled,
+            "duplicates": self.duplicates,
+            "collector_restarts": self.collector_restarts,
+            "catching_up": self.state.catching_up,
             "stage_failures": self.stage_failures,
             "alerts": self.evaluator.status() if self.evaluator is not None else None,
             "nodes": len(self.state.nodes),
             "nodes_down": down,
+            "nodes_clock_skew": sum(1 for node in self.state.nodes.values() if node.skew is not None),
         }
 
     # -- the loop ---------------------------------------------------------------

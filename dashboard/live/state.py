@@ -2,34 +2,60 @@
 
 from dataclasses import dataclass, field
 
-from gpulse.status import UP, node_status
+from dashboard.live.identity import CollectorIdentity
+from gpulse.status import DEFAULT_MAX_CLOCK_SKEW, SEVERITY, UP, node_status, reconnect_grace
 
 
 @dataclass
 class NodeState:
     name: str
     sample: dict  # the latest version-1 sample (gpulse.schema)
+    arrived: float  # when its newest sample reached the stream (Redis' clock): its freshness
+    placed: float  # where its latest sample sits in time: its own ts, or when taken if its clock is off
+    skew: float | None = None  # seconds its clock is off (ts − when taken) beyond the max skew, else None
     status: str = UP
+    identity: CollectorIdentity = field(default_factory=CollectorIdentity)
 
     @property
     def ts(self) -> float:
-        return self.sample["ts"]
+        """Where the latest sample is placed: frames, recent points and rollups use this."""
+        return self.placed
 
     @property
     def interval(self) -> float:
         return self.sample["interval"]
 
+    def known(self) -> dict:
+        """What Redis remembers of the node (Keys.known_nodes), for a restarted ingest and the API."""
+        return {"ts": self.placed, "interval": self.interval, "arrived": self.arrived, "skew": self.skew,
+                "boot": self.identity.boot, "restarts": self.identity.restarts}
+
 
 @dataclass
 class ClusterState:
     nodes: dict[str, NodeState] = field(default_factory=dict)
+    max_skew: float = DEFAULT_MAX_CLOCK_SKEW
+    # After Redis came back: when (ingest's clock), and whether the stream is still being caught up.
+    # Meanwhile no node's status worsens: collectors are still writing what they buffered.
+    resumed_at: float | None = None
+    catching_up: bool = False
 
     def refresh_statuses(self, now: float) -> list[str]:
         """Re-judge every node at ``now``; return the names whose status changed."""
         changed = []
+        resumed = now if self.catching_up else self.resumed_at
         for node in self.nodes.values():
-            status = node_status(node.ts, node.interval, now)
-            if status != node.status:
-                node.status = status
-                changed.append(node.name)
+            status = node_status(node.arrived, node.interval, now)
+            if status == node.status:
+                continue
+            if (resumed is not None and SEVERITY[status] > SEVERITY[node.status]
+                    and now < resumed + reconnect_grace(node.interval)):
+                continue  # its collector may not have written its backlog yet
+            node.status = status
+            changed.append(node.name)
         return changed
+
+    def hold(self, now: float) -> None:
+        """Redis is back: hold down/stale judgements until the stream is caught up and collectors had time."""
+        self.resumed_at = now
+        self.catching_up = True

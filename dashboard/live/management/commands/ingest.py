@@ -33,6 +33,9 @@ class Command(BaseCommand):
             summary=import_string(settings.GPULSE_INGEST_SUMMARY),
             consumer=consumer,
             probe_low_fraction=settings.GPULSE_PROBE_LOW_FRACTION,
+            max_clock_skew=settings.GPULSE_MAX_CLOCK_SKEW,
+            forget_nodes_after=settings.GPULSE_NODE_FORGET_AFTER,
+            forget_consumers_after=settings.GPULSE_INGEST_CONSUMER_FORGET_AFTER,
         )
         log.info("ingest %s reading %s every %.1f s", ingest.consumer, ingest.keys.telemetry, tick)
         try:
