@@ -28,7 +28,7 @@ def test_an_operator_launches_a_two_node_job_and_watches_it_run(admin_page, runn
     assert re.search(r"/benchmarks/\d+/$", page.url)
     # Rows arrive over the websocket while the job runs, then the page shows the recorded job.
     page.wait_for_selector("#rows tbody tr", timeout=90_000)
-    page.wait_for_function("['succeeded', 'failed', 'timed_out', 'cancelled']"
+    page.wait_for_function("() => ['succeeded', 'failed', 'timed_out', 'cancelled']"
                            ".includes(document.querySelector('#job-status').textContent.trim())", timeout=90_000)
     assert page.locator("#job-status").text_content().strip() == "succeeded", page.locator("#job-reason").text_content()
     rows = page.locator("#rows tbody tr")
@@ -48,7 +48,7 @@ def test_an_operator_launches_a_two_node_job_and_watches_it_run(admin_page, runn
     # The overview's job card shows the throughput, the new job's bandwidth included.
     page.goto(f"{running_system.base_url}/")
     page.wait_for_function(
-        f"document.getElementById('kpi-throughput').textContent.includes('{','.join(nodes)}')", timeout=30_000)
+        f"() => document.getElementById('kpi-throughput').textContent.includes('{','.join(nodes)}')", timeout=30_000)
     assert "GB/s" in page.locator("#kpi-throughput").text_content()
 
 
