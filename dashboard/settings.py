@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dj_database_url
 import plotly
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from dashboard import production
@@ -46,6 +47,7 @@ MIDDLEWARE = [
     "dashboard.accounts.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     # Last, as django-axes asks: turns a locked-out login into its 429 page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -112,6 +114,27 @@ STATICFILES_DIRS = [
     ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
 ]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Content-Security-Policy (django-csp): the pages show strings that GPU nodes
+# send, so even a value that escaped escaping must not run. Scripts and styles
+# come only from our static files (page data through json_script, which is not
+# executed); Plotly's base styles are linked as static/gpulse/plotly.css, which
+# stops it injecting a <style> element. 'self' in connect-src covers the
+# websockets of the same host and port (CSP Level 3, as Chromium and Firefox do).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "connect-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 REDIS_URL = env_str("REDIS_URL") or DEFAULT_REDIS_URL
 GPULSE_REDIS_PREFIX = env_str("GPULSE_REDIS_PREFIX", DEFAULT_PREFIX)

@@ -3,6 +3,10 @@
 `playwright install` downloads its own browsers from the internet, which many
 clusters (and CI hosts) cannot reach, so the tests drive /usr/bin/chromium
 (`make browser` installs it). A pytest plugin: list it in ``pytest_plugins``.
+
+Pages send a Content-Security-Policy without 'unsafe-eval', which the tests
+keep enforced: give ``wait_for_function`` a function ("() => ..."), since an
+expression string is eval'd inside the page and the policy refuses that.
 """
 
 from pathlib import Path

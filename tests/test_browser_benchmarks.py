@@ -1,11 +1,15 @@
 """In a browser: launch a 2-node all-reduce on the running system, watch its rows arrive,
 see the chart; a user without the permission gets 403; a POST without CSRF is refused."""
 
+import os
 import re
+import signal
 
 import pytest
 
+from gpulse.keys import Keys
 from tests.browser import log_in
+from workers import job_events
 
 pytestmark = pytest.mark.browser
 
@@ -28,7 +32,7 @@ def test_an_operator_launches_a_two_node_job_and_watches_it_run(admin_page, runn
     assert re.search(r"/benchmarks/\d+/$", page.url)
     # Rows arrive over the websocket while the job runs, then the page shows the recorded job.
     page.wait_for_selector("#rows tbody tr", timeout=90_000)
-    page.wait_for_function("['succeeded', 'failed', 'timed_out', 'cancelled']"
+    page.wait_for_function("() => ['succeeded', 'failed', 'timed_out', 'cancelled']"
                            ".includes(document.querySelector('#job-status').textContent.trim())", timeout=90_000)
     assert page.locator("#job-status").text_content().strip() == "succeeded", page.locator("#job-reason").text_content()
     rows = page.locator("#rows tbody tr")
@@ -48,7 +52,7 @@ def test_an_operator_launches_a_two_node_job_and_watches_it_run(admin_page, runn
     # The overview's job card shows the throughput, the new job's bandwidth included.
     page.goto(f"{running_system.base_url}/")
     page.wait_for_function(
-        f"document.getElementById('kpi-throughput').textContent.includes('{','.join(nodes)}')", timeout=30_000)
+        f"() => document.getElementById('kpi-throughput').textContent.includes('{','.join(nodes)}')", timeout=30_000)
     assert "GB/s" in page.locator("#kpi-throughput").text_content()
 
 
@@ -85,3 +89,33 @@ def test_a_post_without_csrf_token_is_refused(admin_context, running_system):
         assert "CSRF" in response.text()
     finally:
         page.close()
+
+
+def test_the_job_page_reconnects_after_a_web_restart_and_shows_how_the_job_ended(admin_page, running_system):
+    # A job nobody runs: the test writes its events, as node workers and the control worker would.
+    client, keys, stack = running_system.redis(), Keys(), running_system.stack
+    created = stack.manage("shell", "-c", "from dashboard.benchmarks.models import BenchmarkJob as J; print(J.objects.create("
+                           "nodes=['sim-01'], ranks_per_node=1, min_bytes=1024, max_bytes=2048, status='running').pk)")
+    job = int(created.splitlines()[-1])  # after the shell's own note on what it imported
+    row = {"count": 256, "type": "float", "redop": "sum", "time_us": 9.0, "algbw": 0.1, "busbw": 0.1, "wrong": 0,
+           "inplace": False}
+    job_events.emit(client, keys, job, {"kind": "row", "row": dict(row, size=1024)})
+    admin_page.goto(f"{running_system.base_url}/benchmarks/{job}/")
+    admin_page.wait_for_selector("#rows tbody tr")  # it came over the websocket
+
+    name, web = next(entry for entry in stack.processes if entry[0] == "web")
+    os.killpg(web.pid, signal.SIGTERM)
+    web.wait(10)
+    # While the web server is away the job finishes.
+    job_events.emit(client, keys, job, {"kind": "row", "row": dict(row, size=2048)})
+    stack.manage("shell", "-c", "from dashboard.benchmarks.models import BenchmarkJob as J; "
+                 f"J.objects.filter(pk={job}).update(status='succeeded')")
+    job_events.emit(client, keys, job, {"kind": "final", "status": "succeeded", "reason": ""})
+    stack.processes.remove((name, web))
+    stack.spawn("web", *web.args)
+    stack.wait_for_web()
+    assert admin_page.text_content("#job-status").strip() == "running"
+
+    admin_page.wait_for_function("() => document.querySelector('#job-status').textContent.trim() === 'succeeded'",
+                                 timeout=30_000)
+    assert admin_page.locator("#conn-state").count() == 0  # the recorded job: nothing left to follow

@@ -39,12 +39,12 @@ LIVE_CHARTS = """() => ["live-util", "live-mem", "live-temp", "live-power"].map(
 
 def open_overview(page, system):
     page.goto(system.base_url + "/")
-    page.wait_for_function("window.gpulse && window.gpulse.frames > 0 && document.getElementById('heatmap').data")
+    page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0 && document.getElementById('heatmap').data")
 
 
 def wait_for_heatmap(page, predicate: str, timeout: float = 15_000):
     """Wait until ``predicate`` (JS over the heatmap state h) holds; return that state."""
-    page.wait_for_function(f"(() => {{ const h = ({HEATMAP})(); return h && ({predicate}); }})()", timeout=timeout)
+    page.wait_for_function(f"() => (() => {{ const h = ({HEATMAP})(); return h && ({predicate}); }})()", timeout=timeout)
     return page.evaluate(HEATMAP)
 
 
@@ -117,7 +117,7 @@ def test_the_heatmap_colours_by_the_chosen_metric(admin_page, running_system):
     heat = wait_for_heatmap(admin_page, "h.zmax === 100 && !document.getElementById('power-scale-label').offsetParent")
     assert all(0 <= v <= 100 for row in heat["z"] for v in row)
     admin_page.reload()  # the choice survives a reload
-    admin_page.wait_for_function("document.getElementById('heatmap').data")
+    admin_page.wait_for_function("() => document.getElementById('heatmap').data")
     assert admin_page.input_value("#heat-metric") == "mem"
 
 
@@ -141,7 +141,7 @@ def test_hovering_a_gpu_describes_it_and_clicking_opens_its_node(admin_page, run
 
 def test_the_node_table_sorts_and_leads_to_the_node(admin_page, running_system):
     open_overview(admin_page, running_system)
-    admin_page.wait_for_function("document.querySelectorAll('#node-table tbody tr').length === 4")
+    admin_page.wait_for_function("() => document.querySelectorAll('#node-table tbody tr').length === 4")
     admin_page.click('#node-table th[data-key="power"]')
     powers = [float(row[6]) for row in admin_page.evaluate(NODE_TABLE)]
     assert powers == sorted(powers, reverse=True)
@@ -151,7 +151,7 @@ def test_the_node_table_sorts_and_leads_to_the_node(admin_page, running_system):
     admin_page.click('#node-table th[data-key="name"]')
     assert [row[0] for row in admin_page.evaluate(NODE_TABLE)] == ["sim-01", "sim-02", "sim-03", "sim-04"]
     admin_page.fill("#node-filter", "sim-03")
-    admin_page.wait_for_function("document.querySelectorAll('#node-table tbody tr').length === 1")
+    admin_page.wait_for_function("() => document.querySelectorAll('#node-table tbody tr').length === 1")
     with admin_page.expect_navigation():
         admin_page.click("#node-table tbody tr td:nth-child(4)")  # anywhere on the row
     assert admin_page.url == running_system.base_url + "/nodes/sim-03/"
@@ -159,7 +159,7 @@ def test_the_node_table_sorts_and_leads_to_the_node(admin_page, running_system):
 
 def test_the_node_page_charts_every_gpu_live(admin_page, running_system):
     admin_page.goto(running_system.base_url + "/nodes/sim-02/")
-    admin_page.wait_for_function(f"({LIVE_CHARTS})().every(c => c && c.length === 8 && c[0] > 0)")
+    admin_page.wait_for_function(f"() => ({LIVE_CHARTS})().every(c => c && c.length === 8 && c[0] > 0)")
     assert admin_page.text_content("#node-status") == "up"
     assert re.fullmatch(r"last sample \d+\.\d s ago", admin_page.text_content("#node-age"))
     rows = admin_page.locator("#gpu-table tbody tr")
@@ -171,12 +171,12 @@ def test_the_node_page_charts_every_gpu_live(admin_page, running_system):
     assert admin_page.locator(".range-picker a").all_text_contents() == ["1 hour", "6 hours", "24 hours", "7 days"]
 
     before = admin_page.evaluate(LIVE_CHARTS)
-    admin_page.wait_for_function(f"({LIVE_CHARTS})()[0][0] >= {before[0][0] + 2}", timeout=10_000)
+    admin_page.wait_for_function(f"() => ({LIVE_CHARTS})()[0][0] >= {before[0][0] + 2}", timeout=10_000)
 
     admin_page.click(".range-picker a[data-since='6h']")
     admin_page.wait_for_url("**/nodes/sim-02/?since=6h")
     assert admin_page.get_attribute(".range-picker a.active", "data-since") == "6h"
-    admin_page.wait_for_function("document.getElementById('hist-util').data !== undefined")
+    admin_page.wait_for_function("() => document.getElementById('hist-util').data !== undefined")
 
 
 def test_every_request_stays_on_the_dashboard_host(admin_page, running_system):
@@ -186,7 +186,7 @@ def test_every_request_stays_on_the_dashboard_host(admin_page, running_system):
     admin_page.on("response", lambda r: r.url.endswith("/vendor/plotly/plotly.min.js") and bundle.append(r.status))
     open_overview(admin_page, running_system)
     admin_page.goto(running_system.base_url + "/nodes/sim-01/")
-    admin_page.wait_for_function("document.getElementById('live-util').data")
+    admin_page.wait_for_function("() => document.getElementById('live-util').data")
     assert bundle and bundle[0] in (200, 304)
     assert admin_page.evaluate("typeof Plotly.react") == "function"
     host = f"127.0.0.1:{running_system.port}"
@@ -233,10 +233,10 @@ def test_lost_gpus_and_dead_nodes_are_marked_never_shown_as_current(admin_page, 
         assert admin_page.text_content("#gpu-table tbody").startswith("No current data")
     finally:
         faults.delete(key)
-    admin_page.wait_for_function("document.getElementById('node-status').textContent === 'up'", timeout=15_000)
+    admin_page.wait_for_function("() => document.getElementById('node-status').textContent === 'up'", timeout=15_000)
     admin_page.wait_for_selector("#gpu-table tbody tr:nth-child(8)")
     # The missed samples show as a gap in the live charts, not as a line across them.
-    admin_page.wait_for_function("document.getElementById('live-util').data[0].y.includes(null)")
+    admin_page.wait_for_function("() => document.getElementById('live-util').data[0].y.includes(null)")
 
 
 def probe_record(node: str, ts: float, busbw: float | None, status: str = "succeeded", reason: str | None = None) -> dict:
@@ -268,7 +268,7 @@ def test_a_node_whose_probe_falls_below_its_median_is_flagged_low(admin_page, ru
     finally:
         # A normal probe clears the flag, so the rest of the session sees a healthy fleet.
         publish_probe(client, keys, probe_record("sim-03", time.time(), 10.0))
-    admin_page.wait_for_function("!document.querySelector('#node-table tbody').textContent.includes('LOW')")
+    admin_page.wait_for_function("() => !document.querySelector('#node-table tbody').textContent.includes('LOW')")
 
 
 PROBE_CHART = """() => {
@@ -282,7 +282,7 @@ def test_the_node_page_charts_its_bandwidth_probes(admin_page, running_system):
     # Without probes (the collector's own first probe comes after 10 min) the page says how to get one.
     client.delete(keys.probe_history("sim-01"))
     admin_page.goto(running_system.base_url + "/nodes/sim-01/")
-    admin_page.wait_for_function("document.getElementById('probe-last').textContent.startsWith('no probe yet')")
+    admin_page.wait_for_function("() => document.getElementById('probe-last').textContent.startsWith('no probe yet')")
     assert admin_page.is_hidden("#probe-chart")
 
     now = time.time()
@@ -290,7 +290,7 @@ def test_the_node_page_charts_its_bandwidth_probes(admin_page, running_system):
     publish_probe(client, keys, probe_record("sim-01", now - 400, None, "timed_out", "no result within 120 s"))
     publish_probe(client, keys, probe_record("sim-01", now - 180, 11.25))
     admin_page.reload()
-    admin_page.wait_for_function(f"({PROBE_CHART})() !== null")
+    admin_page.wait_for_function(f"() => ({PROBE_CHART})() !== null")
     ok, failed = admin_page.evaluate(PROBE_CHART)
     assert ok["y"] == [12.5, 11.25] and ok["text"] == ["gloo, 2 ranks"] * 2
     assert failed["y"] == [0] and failed["text"] == ["timed_out: no result within 120 s (gloo, 2 ranks)"]

@@ -58,31 +58,49 @@ function renderChart(rows) {
   Plotly.react("bandwidth-chart", traces, chartLayout("Bandwidth vs message size"), {displaylogo: false, responsive: true});
 }
 
+// Follow a queued or running job over /ws/benchmarks/<id>/. Each connection
+// replays the job's rows from the first and ends with its final event, so after
+// a reconnect (a web restart) the page catches up by itself; it also asks the
+// API, for a job whose events are gone, whether the job ended meanwhile.
 function followJob(job) {
   const rows = (job.result && job.result.rows) || [];
   const draw = () => { renderTable(rows); renderChart(rows); };
   draw();
   if (job.status !== "queued" && job.status !== "running") return;
-  const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const socket = new WebSocket(`${scheme}://${location.host}/ws/benchmarks/${job.id}/`);
-  socket.onmessage = (message) => {
-    const event = JSON.parse(message.data);
-    if (event.kind === "row" && !rows.some((r) => r.size === event.row.size && r.inplace === event.row.inplace)) {
-      rows.push(event.row);
-      draw();
-      document.getElementById("job-status").textContent = "running";
-    } else if (event.kind === "final") {
-      // The recorded job holds the average, duration and versions: reload it.
-      setTimeout(() => location.reload(), 300);
-    }
-  };
+  let connections = 0;
+  const socket = GpulseSocket.connect(`/ws/benchmarks/${job.id}/`, {
+    onMessage: (text) => {
+      const event = JSON.parse(text);
+      if (event.kind === "row" && !rows.some((r) => r.size === event.row.size && r.inplace === event.row.inplace)) {
+        rows.push(event.row);
+        draw();
+        document.getElementById("job-status").textContent = "running";
+      } else if (event.kind === "final") {
+        socket.close();
+        // The recorded job holds the average, duration and versions: reload it.
+        setTimeout(() => location.reload(), 300);
+      }
+    },
+    onState: (state, detail) => {
+      GpulseSocket.showState(document.getElementById("conn-state"), state, detail);
+      if (state === "open" && ++connections > 1) reloadIfEnded(job.id);
+    },
+  });
+}
+
+async function reloadIfEnded(id) {
+  const response = await fetch(`/api/v1/benchmarks/${id}`, {credentials: "same-origin"});
+  if (!response.ok) return;
+  const status = (await response.json()).status;
+  if (status !== "queued" && status !== "running") location.reload();
 }
 
 function compareJobs(jobs) {
   const traces = jobs.map((job) => {
     const rows = job.result.rows.filter((r) => !r.inplace).sort((a, b) => a.size - b.size);
+    // Plotly renders pseudo-HTML in trace names; node names are the nodes' to choose.
     return {x: rows.map((r) => r.size), y: rows.map((r) => r.busbw), mode: "lines+markers",
-            name: `#${job.id} ${job.nodes.join(",")} ×${job.ranks_per_node} ${job.backend}`};
+            name: GpulseFormat.plotlyText(`#${job.id} ${job.nodes.join(",")} ×${job.ranks_per_node} ${job.backend}`)};
   });
   Plotly.react("compare-chart", traces, chartLayout("busbw (out-of-place) vs message size"), {displaylogo: false, responsive: true});
 }

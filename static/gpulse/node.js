@@ -10,7 +10,10 @@
 (function () {
   "use strict";
 
-  const L = window.GpulseLive;
+  const L = window.GpulseFormat;
+  const Frames = window.GpulseFrames;
+  // Recent points are rows of frames.py FIELDS, in that order.
+  const FIELD = Frames.indexFields(Frames.FIELDS);
   const WINDOW_S = 15 * 60;
   // A step longer than this many intervals is a missed sample: draw a gap.
   const GAP_INTERVALS = 2;
@@ -70,9 +73,7 @@
     probeChart: document.getElementById("probe-chart"),
   };
 
-  function num(value) {
-    return typeof value === "number" ? value : null;
-  }
+  const num = L.numberOrNull;
 
   function shiftMs(ts) {
     return ts * 1000 + TZ_SHIFT_MS;
@@ -90,8 +91,9 @@
 
   function rowValues(rows) {
     return rows.map(function (row) {
-      if (row[5] & 1) return NO_VALUES; // FLAG_LOST
-      return [num(row[0]), row[1] === null ? null : row[1] / MIB_PER_GIB, num(row[2]), num(row[3])];
+      if (row[FIELD.flags] & Frames.FLAG.LOST) return NO_VALUES;
+      const mem = num(row[FIELD.mem_used]);
+      return [num(row[FIELD.util]), mem === null ? null : mem / MIB_PER_GIB, num(row[FIELD.temp]), num(row[FIELD.power])];
     });
   }
 
@@ -114,7 +116,8 @@
   }
 
   function gpuLabels() {
-    if (live.sample) return live.sample.gpus.map(function (gpu) { return "GPU " + gpu.index; });
+    // Trace names: Plotly renders pseudo-HTML in them, and the index is the node's to send.
+    if (live.sample) return live.sample.gpus.map(function (gpu) { return "GPU " + L.plotlyText(gpu.index); });
     let n = 0;
     points.forEach(function (p) { n = Math.max(n, p.values.length); });
     const labels = [];
@@ -158,7 +161,7 @@
         return {
           type: "scatter", mode: "lines", name: label, x: x, y: y, connectgaps: false,
           line: { width: 1.5, color: COLOURS[g % COLOURS.length] },
-          hovertemplate: label + ": %{y:." + chart.digits + "f} " + chart.unit + "<extra></extra>",
+          hovertemplate: "%{fullData.name}: %{y:." + chart.digits + "f} " + chart.unit + "<extra></extra>",
         };
       });
       const layout = chartLayout(chart.title, chart.unit, [shiftMs(start), shiftMs(end)], limits[k]);
@@ -279,7 +282,7 @@
     if (!reasons.length) return '<span class="muted">none</span>';
     return reasons.map(function (reason) {
       const slowdown = reason !== "gpu_idle" && reason !== "applications_clocks_setting";
-      return '<span class="' + (slowdown ? "warn-text" : "muted") + '">' + L.escapeHtml(reason.replace(/_/g, " ")) + "</span>";
+      return '<span class="' + (slowdown ? "warn-text" : "muted") + '">' + L.escapeHtml(String(reason).replace(/_/g, " ")) + "</span>";
     }).join(", ");
   }
 
@@ -292,7 +295,7 @@
   }
 
   function gpuRow(gpu) {
-    const head = '<td class="num">' + gpu.index + "</td><td>" + L.escapeHtml(gpu.name || "") + "</td>";
+    const head = '<td class="num">' + L.escapeHtml(gpu.index) + "</td><td>" + L.escapeHtml(gpu.name || "") + "</td>";
     if (gpu.lost) {
       return '<tr class="lost">' + head + '<td colspan="11"><b class="status status-down">LOST</b> the GPU fell off the bus: no readings</td></tr>';
     }
@@ -305,7 +308,7 @@
       '<td class="num">' + pair(gpu.sm_clock, gpu.mem_clock, round) + "</td>" +
       '<td class="num">' + value(gpu.fan, 0) + "</td>" +
       "<td>" + throttleText(gpu.throttle) + "</td>" +
-      '<td class="num">' + (ecc === null ? na() : ecc > 0 ? '<span class="error-text">' + ecc + "</span>" : "0") + "</td>" +
+      '<td class="num">' + (ecc === null ? na() : ecc > 0 ? '<span class="error-text">' + L.escapeHtml(ecc) + "</span>" : "0") + "</td>" +
       "<td>" + xidText(gpu.xid) + "</td>" +
       '<td class="num">' + pair(gpu.pcie_tx, gpu.pcie_rx, L.rate) + "</td>" +
       '<td class="num">' + pair(gpu.nvlink_tx, gpu.nvlink_rx, L.rate) + "</td>" +
@@ -336,7 +339,7 @@
     procs.sort(function (a, b) { return a[0] - b[0] || (b[1].mem_used || 0) - (a[1].mem_used || 0); });
     els.procBody.innerHTML = procs.map(function (entry) {
       const p = entry[1];
-      return '<tr><td class="num">' + entry[0] + '</td><td class="num">' + L.escapeHtml(p.pid) + "</td><td>" +
+      return '<tr><td class="num">' + L.escapeHtml(entry[0]) + '</td><td class="num">' + L.escapeHtml(p.pid) + "</td><td>" +
         L.escapeHtml(p.user || "—") + "</td><td>" + L.escapeHtml(p.name || "—") + '</td><td class="num">' +
         (num(p.mem_used) === null ? na() : gib(p.mem_used)) + "</td></tr>";
     }).join("");
@@ -397,15 +400,16 @@
           high.push(triple[2] === null ? null : triple[2] * chart.scale);
           previous = ts;
         });
+        const label = "GPU " + L.plotlyText(series.gpu);
         const group = "gpu" + series.gpu;
         const band = { type: "scatter", mode: "lines", x: x, legendgroup: group, showlegend: false, hoverinfo: "skip", line: { width: 0, color: colour } };
         traces.push(Object.assign({}, band, { y: low }));
         traces.push(Object.assign({}, band, { y: high, fill: "tonexty", fillcolor: alpha(colour, 0.15) }));
         traces.push({
-          type: "scatter", mode: "lines", name: "GPU " + series.gpu, legendgroup: group, x: x, y: mean,
+          type: "scatter", mode: "lines", name: label, legendgroup: group, x: x, y: mean,
           customdata: low.map(function (v, i) { return [v, high[i]]; }),
           line: { width: 1.5, color: colour },
-          hovertemplate: "GPU " + series.gpu + ": %{y:." + chart.digits + "f} " + chart.unit +
+          hovertemplate: "%{fullData.name}: %{y:." + chart.digits + "f} " + chart.unit +
             " (%{customdata[0]:." + chart.digits + "f}–%{customdata[1]:." + chart.digits + "f})<extra></extra>",
         });
       });
@@ -427,7 +431,8 @@
     const failed = { x: [], y: [], text: [] };
     probes.forEach(function (probe) {
       const x = shiftMs(probe.ts);
-      const where = probe.backend + ", " + (probe.world_size ? probe.world_size + " ranks" : "ranks unknown");
+      // Hover text: Plotly renders pseudo-HTML in it, and probe records come from the node.
+      const where = L.plotlyText(probe.backend + ", " + (probe.world_size ? probe.world_size + " ranks" : "ranks unknown"));
       if (probe.status === "succeeded" && num(probe.busbw) !== null) {
         ok.x.push(x);
         ok.y.push(probe.busbw);
@@ -435,7 +440,7 @@
       } else {
         failed.x.push(x);
         failed.y.push(0); // a failed probe has no bandwidth: mark it on the axis
-        failed.text.push(probe.status + (probe.reason ? ": " + probe.reason : "") + " (" + where + ")");
+        failed.text.push(L.plotlyText(probe.status + (probe.reason ? ": " + probe.reason : "")) + " (" + where + ")");
       }
     });
     const traces = [
@@ -493,11 +498,8 @@
   loadHistory(true);
   setInterval(tick, 1000);
   setInterval(loadHistory, RELOAD_EVERY_MS, false);
-  L.connect("/ws/nodes/" + encodeURIComponent(name) + "/", {
+  window.GpulseSocket.connect("/ws/nodes/" + encodeURIComponent(name) + "/", {
     onMessage: onMessage,
-    onState: function (state, detail) {
-      els.conn.textContent = L.describeState(state, detail);
-      els.conn.className = "conn conn-" + state;
-    },
+    onState: function (state, detail) { window.GpulseSocket.showState(els.conn, state, detail); },
   });
 })();

@@ -1,0 +1,104 @@
+/* Shared by gpulse's live pages: number formatting, and escaping of the values
+ * nodes send (every string in a sample is the node's to choose). */
+(function () {
+  "use strict";
+
+  function isNum(value) {
+    return typeof value === "number" && isFinite(value);
+  }
+
+  /* The value where it is a number, else NaN (typed arrays and arithmetic take it). */
+  function numberOrNaN(value) {
+    return typeof value === "number" ? value : NaN;
+  }
+
+  /* The value where it is a number, else null (Plotly draws a gap; tables say "not supported"). */
+  function numberOrNull(value) {
+    return typeof value === "number" ? value : null;
+  }
+
+  function fixed(value, digits) {
+    return isNum(value) ? value.toFixed(digits) : "—";
+  }
+
+  function age(seconds) {
+    if (!isNum(seconds)) return "—";
+    if (seconds < 0) seconds = 0;
+    if (seconds < 10) return seconds.toFixed(1) + " s";
+    if (seconds < 120) return Math.round(seconds) + " s";
+    if (seconds < 7200) return Math.round(seconds / 60) + " min";
+    if (seconds < 172800) return Math.round(seconds / 3600) + " h";
+    return Math.round(seconds / 86400) + " d";
+  }
+
+  const GIB = 1024 * 1024 * 1024;
+
+  function gib(bytes, digits) {
+    return isNum(bytes) ? (bytes / GIB).toFixed(digits === undefined ? 1 : digits) : "—";
+  }
+
+  /* Bytes per second as B/s, kB/s, MB/s or GB/s (decimal, like link speeds). */
+  function rate(bytesPerSecond) {
+    if (!isNum(bytesPerSecond)) return "—";
+    const units = ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"];
+    let value = bytesPerSecond;
+    let unit = 0;
+    while (value >= 1000 && unit < units.length - 1) {
+      value /= 1000;
+      unit += 1;
+    }
+    return value.toFixed(value < 10 && unit > 0 ? 1 : 0) + " " + units[unit];
+  }
+
+  function clockTime(ts) {
+    return isNum(ts) ? new Date(ts * 1000).toLocaleTimeString() : "—";
+  }
+
+  function dateTime(ts) {
+    return isNum(ts) ? new Date(ts * 1000).toLocaleString() : "—";
+  }
+
+  const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+
+  function escapeHtml(text) {
+    return String(text).replace(/[&<>"']/g, function (c) { return ESCAPES[c]; });
+  }
+
+  /* Text for Plotly labels, names, titles and hover text: Plotly renders a
+   * pseudo-HTML there (<a href>, <b>, <br>) and decodes &lt; &gt; &amp; only. */
+  function plotlyText(text) {
+    return String(text).replace(/[&<>]/g, function (c) { return ESCAPES[c]; });
+  }
+
+  // Node names sort like people read them: sim-2 before sim-10.
+  const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: "base" });
+
+  /* The server's clock, estimated from the send time of the latest frame, so a
+   * browser with a wrong clock still shows the right age of the data. */
+  const serverClock = {
+    offset: 0,
+    observe: function (sentTs) {
+      if (isNum(sentTs)) this.offset = Date.now() / 1000 - sentTs;
+    },
+    now: function () {
+      return Date.now() / 1000 - this.offset;
+    },
+  };
+
+  window.GpulseFormat = {
+    isNum: isNum,
+    numberOrNaN: numberOrNaN,
+    numberOrNull: numberOrNull,
+    fixed: fixed,
+    age: age,
+    gib: gib,
+    GIB: GIB,
+    rate: rate,
+    clockTime: clockTime,
+    dateTime: dateTime,
+    escapeHtml: escapeHtml,
+    plotlyText: plotlyText,
+    compareNames: collator.compare,
+    serverClock: serverClock,
+  };
+})();

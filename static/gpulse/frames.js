@@ -1,0 +1,26 @@
+/* The frame format of dashboard/live/frames.py, for the overview and the node
+ * page: the names of a row's fields and the bits of its flags field. */
+(function () {
+  "use strict";
+
+  // Frames name their fields; these are the fields of frames.py FIELDS, in order,
+  // for rows that come without the list (the node page's recent points).
+  const FIELDS = ["util", "mem_used", "temp", "power", "sm_clock", "flags"];
+
+  const FLAG = {
+    LOST: 1,
+    THROTTLED: 2, // a thermal or power slowdown is active
+    XID: 4,
+    ECC: 8,
+    ALERT: 16, // an alert is firing on this GPU
+  };
+
+  /* {field name: its position in a row}. */
+  function indexFields(fields) {
+    const index = {};
+    fields.forEach(function (name, i) { index[name] = i; });
+    return index;
+  }
+
+  window.GpulseFrames = { FIELDS: FIELDS, FLAG: FLAG, indexFields: indexFields };
+})();

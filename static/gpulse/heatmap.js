@@ -1,0 +1,390 @@
+/* The overview's heatmap of every GPU: one Plotly heatmap trace whose z is
+ * restyled in place each frame, dots on flagged GPUs in dense layouts, and
+ * our own tooltip, which follows the pointer and refreshes with every frame.
+ * A node whose bandwidth probe is low is flagged on its row label.
+ */
+(function () {
+  "use strict";
+
+  const F = window.GpulseFormat;
+  const FLAG = window.GpulseFrames.FLAG;
+
+  // Rows shorter than this get no numbers in the cells and dots instead of tags.
+  const COMPACT_ROW_PX = 18;
+  const MAX_ROW_LABELS = 16;
+  const NODATA_COLOUR = "#c3c9d1";
+  const PLOT_CONFIG = { displaylogo: false, displayModeBar: false, responsive: true, scrollZoom: false };
+  const SCALES = {
+    util: [[0, "#f4f8fd"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1, "#08306b"]],
+    temp: [[0, "#ffffcc"], [0.35, "#fed976"], [0.6, "#fd8d3c"], [0.8, "#e31a1c"], [1, "#800026"]],
+    power: [[0, "#fcfbfd"], [0.3, "#dadaeb"], [0.6, "#9e9ac8"], [0.8, "#6a51a3"], [1, "#3f007d"]],
+    mem: [[0, "#f7fcf5"], [0.3, "#c7e9c0"], [0.6, "#74c476"], [0.8, "#238b45"], [1, "#00441b"]],
+  };
+
+  function rowPixels(n) {
+    if (n <= 24) return 34;
+    return Math.max(1, Math.min(22, 880 / n));
+  }
+
+  function tagText(flags) {
+    if (flags & FLAG.LOST) return "LOST";
+    const tags = [];
+    if (flags & FLAG.ALERT) tags.push("ALERT");
+    if (flags & FLAG.XID) tags.push("XID");
+    if (flags & FLAG.ECC) tags.push("ECC");
+    if (flags & FLAG.THROTTLED) tags.push("THR");
+    return tags.join(" ");
+  }
+
+  /* The heatmap of ``model`` (GpulseCluster) in els.heatmap, coloured by
+   * view.metric; onOpen(name) is called when a GPU is clicked. */
+  function create(model, view, els, onOpen) {
+    const cells = model.cells;
+    const rows = model.rows;
+    const dirty = { layout: true, cells: false, labels: true, dots: true };
+    let z = [];
+    let cellText = []; // rows of strings, empty in compact layouts
+    let spec = metricSpec();
+    let drawn = false;
+    let labelSignature = "";
+    let dotSignature = "";
+    let hoverMouse = null; // where the tooltip was asked for, to refresh its values each frame
+
+    function isCompact() {
+      return rowPixels(model.names.length) < COMPACT_ROW_PX;
+    }
+
+    function metricSpec() {
+      switch (view.metric) {
+        case "temp":
+          return { label: "Temperature", unit: "°C", zmin: 25, zmax: 95, value: function (i) { return cells.temp[i]; } };
+        case "power":
+          if (view.powerScale === "watts") {
+            return { label: "Power", unit: "W", zmin: 0, zmax: maxPowerLimit(), value: function (i) { return cells.power[i]; } };
+          }
+          return {
+            label: "Power", unit: "% of limit", zmin: 0, zmax: 100,
+            value: function (i) { return (100 * cells.power[i]) / cells.powerLimit[i]; },
+          };
+        case "mem":
+          return {
+            label: "Memory used", unit: "%", zmin: 0, zmax: 100,
+            value: function (i) { return (100 * cells.memUsed[i]) / cells.memTotal[i]; },
+          };
+        default:
+          return { label: "Utilization", unit: "%", zmin: 0, zmax: 100, value: function (i) { return cells.util[i]; } };
+      }
+    }
+
+    function maxPowerLimit() {
+      let max = 0;
+      if (!cells.powerLimit) return 700;
+      for (let i = 0; i < cells.powerLimit.length; i++) if (cells.powerLimit[i] > max) max = cells.powerLimit[i];
+      return max || 700;
+    }
+
+    /* The model was laid out anew: size z and the cell text to it. */
+    function laidOut() {
+      const n = model.names.length;
+      z = new Array(n);
+      // Text in the cells only where rows are tall enough to read it (small clusters).
+      cellText = isCompact() ? [] : new Array(n);
+      for (let r = 0; r < n; r++) {
+        z[r] = new Array(model.cols).fill(null);
+        if (!isCompact()) cellText[r] = new Array(model.cols).fill("");
+      }
+      dirty.layout = true;
+    }
+
+    /* Recompute one heatmap row: its colour values, and in roomy layouts its cell text. */
+    function rowChanged(r) {
+      const cols = model.cols;
+      const line = z[r];
+      const value = spec.value;
+      const text = cellText[r];
+      const down = rows.status[r] === "down";
+      for (let g = 0; g < cols; g++) {
+        const i = r * cols + g;
+        const v = value(i);
+        const known = v === v && isFinite(v); // NaN and ±Inf: no data
+        line[g] = known ? Math.round(v * 10) / 10 : null;
+        if (text) {
+          const flags = cells.flags[i];
+          const tags = down || !flags ? "" : tagText(flags);
+          text[g] = flags & FLAG.LOST ? tags : (known ? Math.round(v) : "") + (tags ? "<br>" + tags : "");
+        }
+      }
+      dirty.cells = dirty.labels = dirty.dots = true;
+    }
+
+    /* The metric or its scale changed: recolour every row. */
+    function recolour() {
+      spec = metricSpec();
+      for (let r = 0; r < model.names.length; r++) rowChanged(r);
+      dirty.layout = true; // colour scale, range and colour bar title change too
+    }
+
+    function heatTrace() {
+      const compact = isCompact();
+      const x = [];
+      for (let g = 0; g < model.cols; g++) x.push(g);
+      return {
+        type: "heatmap",
+        z: z.slice(),
+        x: x,
+        y: model.names.map(function (_, r) { return r; }),
+        zmin: spec.zmin,
+        zmax: spec.zmax,
+        colorscale: SCALES[view.metric] || SCALES.util,
+        hoverinfo: "none",
+        hoverongaps: true,
+        // One image pixel per GPU, scaled up sharply by gpulse.css (image-rendering:
+        // pixelated): without zsmooth, Plotly would set that in a style attribute,
+        // which the Content-Security-Policy refuses.
+        zsmooth: "fast",
+        // Cell text: the value, and under it the tags of a flagged GPU (Plotly picks
+        // a text colour that contrasts with each cell). Tiny rows get dots instead.
+        text: compact ? undefined : cellText.slice(),
+        texttemplate: compact ? "" : "%{text}",
+        textfont: { size: 11 },
+        // The colour scale is drawn in HTML (showScale): a Plotly colour bar is redrawn every frame.
+        showscale: false,
+      };
+    }
+
+    /* Dots on flagged GPUs where rows are too small for text. */
+    function dotTrace() {
+      const x = [], y = [], colour = [];
+      if (isCompact()) {
+        const cols = model.cols;
+        for (let r = 0; r < model.names.length; r++) {
+          if (rows.status[r] === "down") continue;
+          for (let g = 0; g < cols; g++) {
+            const flags = cells.flags[r * cols + g];
+            if (!flags || flags === FLAG.THROTTLED) continue; // throttling alone is common and harmless
+            x.push(g);
+            y.push(r);
+            colour.push(flags & (FLAG.ALERT | FLAG.LOST) ? "#d1242f" : "#f59e0b");
+          }
+        }
+      }
+      return {
+        type: "scatter", mode: "markers", x: x, y: y, hoverinfo: "skip",
+        marker: { symbol: "circle", size: 5, color: colour, line: { width: 1, color: "#ffffff" } },
+      };
+    }
+
+    function rowLabels() {
+      const n = model.names.length;
+      // Plotly measures every tick label on each redraw, so big clusters get a few
+      // labels (the tooltip names every node) rather than one per dozen pixels.
+      const every = Math.max(1, Math.ceil(12 / rowPixels(n)), Math.ceil(n / MAX_ROW_LABELS));
+      const vals = [], text = [];
+      for (let r = 0; r < n; r += every) {
+        vals.push(r);
+        const status = rows.status[r];
+        const probe = rows.probe[r];
+        // Node names are the node's to choose: escaped, or Plotly renders their tags.
+        text.push(F.plotlyText(model.names[r]) + (status === "up" ? "" : status === "down" ? "  ✕ down" : "  ⚠ stale") +
+          (probe && probe.low ? "  ⚠ probe" : ""));
+      }
+      return { vals: vals, text: text };
+    }
+
+    /* White lines between cells (drawn rather than gaps, so only empty cells show the hatch)
+     * and a wash over stale rows. */
+    function cellShapes() {
+      const shapes = [];
+      const n = model.names.length;
+      const cols = model.cols;
+      if (!isCompact()) {
+        const line = { color: "#ffffff", width: 2 };
+        for (let g = 1; g < cols; g++) {
+          shapes.push({ type: "line", xref: "x", yref: "y", x0: g - 0.5, x1: g - 0.5, y0: -0.5, y1: n - 0.5, line: line, layer: "above" });
+        }
+        for (let r = 1; r < n; r++) {
+          shapes.push({ type: "line", xref: "x", yref: "y", x0: -0.5, x1: cols - 0.5, y0: r - 0.5, y1: r - 0.5, line: line, layer: "above" });
+        }
+      }
+      for (let r = 0; r < n; r++) {
+        if (rows.status[r] !== "stale") continue;
+        shapes.push({
+          type: "rect", xref: "x", yref: "y", x0: -0.5, x1: cols - 0.5, y0: r - 0.5, y1: r + 0.5,
+          fillcolor: "rgba(255,255,255,0.55)", line: { width: 0 }, layer: "above",
+        });
+      }
+      return shapes;
+    }
+
+    function heatLayout(labels) {
+      const n = model.names.length;
+      const plotHeight = Math.max(n, 1) * rowPixels(n);
+      const ticks = [];
+      for (let g = 0; g < model.cols; g++) ticks.push("GPU " + g);
+      return {
+        height: Math.max(160, plotHeight + 40),
+        margin: { l: 8, r: 8, t: 28, b: 8 },
+        font: { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 11, color: "#1f2933" },
+        paper_bgcolor: "rgba(0,0,0,0)",
+        plot_bgcolor: NODATA_COLOUR,
+        xaxis: {
+          tickvals: ticks.map(function (_, g) { return g; }), ticktext: ticks, side: "top",
+          range: [-0.5, model.cols - 0.5], showgrid: false, zeroline: false, fixedrange: true, ticks: "",
+        },
+        yaxis: {
+          tickvals: labels.vals, ticktext: labels.text, range: [n - 0.5, -0.5], showgrid: false, zeroline: false,
+          fixedrange: n <= 64, ticks: "", automargin: true, ticklabelstandoff: 6,
+        },
+        shapes: cellShapes(),
+        showlegend: false,
+        dragmode: n <= 64 ? false : "zoom",
+      };
+    }
+
+    function showScale() {
+      const stops = (SCALES[view.metric] || SCALES.util).map(function (stop) { return stop[1] + " " + stop[0] * 100 + "%"; });
+      els.scaleBar.style.background = "linear-gradient(to right, " + stops.join(", ") + ")";
+      els.scaleMin.textContent = spec.zmin + " " + spec.unit;
+      els.scaleMax.textContent = spec.zmax + " " + spec.unit;
+    }
+
+    function draw() {
+      spec = metricSpec(); // the power scale in W follows the largest limit, known from meta
+      showScale();
+      const labels = rowLabels();
+      labelSignature = labels.text.join("|");
+      dotSignature = "";
+      Plotly.react(els.heatmap, [heatTrace(), dotTrace()], heatLayout(labels), PLOT_CONFIG);
+      if (!drawn) {
+        drawn = true;
+        els.heatmap.on("plotly_click", function (event) {
+          const cell = event.event ? cellAt(event.event) : null;
+          if (cell) onOpen(model.names[cell.r]);
+        });
+      }
+    }
+
+    /* Send Plotly only what changed: z every frame; labels and tags when they differ. */
+    function update() {
+      const layoutUpdate = {};
+      const traceUpdate = { z: [z.slice()] };
+      if (dirty.labels) {
+        const labels = rowLabels();
+        const signature = labels.text.join("|");
+        if (signature !== labelSignature) {
+          labelSignature = signature;
+          layoutUpdate["yaxis.ticktext"] = labels.text;
+          layoutUpdate["yaxis.tickvals"] = labels.vals;
+          layoutUpdate.shapes = cellShapes();
+        }
+      }
+      if (!isCompact()) traceUpdate.text = [cellText.slice()];
+      Plotly.update(els.heatmap, traceUpdate, layoutUpdate, [0]);
+      if (dirty.dots && isCompact()) {
+        const dots = dotTrace();
+        const signature = dots.x.join(",") + "|" + dots.y.join(",") + "|" + dots.marker.color.join(",");
+        if (signature !== dotSignature) {
+          dotSignature = signature;
+          Plotly.restyle(els.heatmap, { x: [dots.x], y: [dots.y], "marker.color": [dots.marker.color] }, [1]);
+        }
+      }
+    }
+
+    /* Draw what changed since the last render; true if the layout was drawn anew. */
+    function render() {
+      const relaid = dirty.layout;
+      if (dirty.layout) draw();
+      else if (dirty.cells) update();
+      dirty.layout = dirty.cells = dirty.labels = dirty.dots = false;
+      if (hoverMouse) showTooltip(hoverMouse);
+      return relaid;
+    }
+
+    /* The cell under the mouse, from its own position: Plotly's hover data lags
+     * behind fast moves, and a click must open the node that is under the pointer. */
+    function cellAt(mouse) {
+      const full = els.heatmap._fullLayout;
+      const box = els.heatmap.getBoundingClientRect();
+      const r = Math.round(full.yaxis.p2l(mouse.clientY - box.top - full._size.t));
+      const g = Math.round(full.xaxis.p2l(mouse.clientX - box.left - full._size.l));
+      if (r < 0 || r >= model.names.length || g < 0 || g >= model.cols) return null;
+      return { r: r, g: g, i: r * model.cols + g };
+    }
+
+    function showTooltip(mouse) {
+      const cell = drawn ? cellAt(mouse) : null;
+      if (!cell) return hideTooltip();
+      hoverMouse = { clientX: mouse.clientX, clientY: mouse.clientY };
+      els.tooltip.replaceChildren.apply(els.tooltip, describeCell(cell));
+      els.tooltip.hidden = false;
+      const box = els.tooltip.getBoundingClientRect();
+      const left = Math.min(mouse.clientX + 14, window.innerWidth - box.width - 8);
+      const top = Math.min(mouse.clientY + 14, window.innerHeight - box.height - 8);
+      els.tooltip.style.left = Math.max(4, left) + "px";
+      els.tooltip.style.top = Math.max(4, top) + "px";
+    }
+
+    function hideTooltip() {
+      hoverMouse = null;
+      els.tooltip.hidden = true;
+    }
+
+    /* An element holding ``text`` as text. */
+    function span(tag, className, text) {
+      const el = document.createElement(tag);
+      if (className) el.className = className;
+      el.textContent = text;
+      return el;
+    }
+
+    /* The tooltip's nodes: lines of text and spans, never markup built from values. */
+    function describeCell(cell) {
+      const parts = [];
+      const line = function () {
+        if (parts.length) parts.push(document.createElement("br"));
+        for (let k = 0; k < arguments.length; k++) parts.push(arguments[k]);
+      };
+      const status = rows.status[cell.r];
+      const i = cell.i;
+      line(span("b", "", model.names[cell.r] + " · GPU " + cell.g));
+      if (cells.model[i]) line(cells.model[i]);
+      if (!cells.present[i]) {
+        line("no GPU " + cell.g + " on this node");
+        return parts;
+      }
+      if (status === "down") {
+        line(span("span", "status-down", "node down"), ": no data since " + F.clockTime(rows.ts[cell.r]));
+        return parts;
+      }
+      const flags = cells.flags[i];
+      if (flags & FLAG.LOST) {
+        line(span("span", "status-down", "LOST"), ": fell off the bus, no readings");
+        return parts;
+      }
+      const v = z[cell.r][cell.g];
+      line(spec.label + ": ", span("b", "", v === null ? "not reported" : F.fixed(v, 0) + " " + spec.unit));
+      line("util " + F.fixed(cells.util[i], 0) + " % · " + F.fixed(cells.temp[i], 0) + " °C");
+      line("power " + F.fixed(cells.power[i], 0) + " / " + F.fixed(cells.powerLimit[i], 0) + " W");
+      line("memory " + F.fixed(cells.memUsed[i] / 1024, 1) + " / " + F.fixed(cells.memTotal[i] / 1024, 1) + " GiB");
+      if (status === "stale") line(span("span", "status-stale", "stale"), ": sample from " + F.clockTime(rows.ts[cell.r]));
+      const tags = [];
+      if (flags & FLAG.ALERT) tags.push("alert firing");
+      if (flags & FLAG.XID) tags.push("Xid error");
+      if (flags & FLAG.ECC) tags.push("uncorrected ECC errors");
+      if (flags & FLAG.THROTTLED) tags.push("power/thermal slowdown");
+      if (tags.length) line(span("span", "status-stale", tags.join(", ")));
+      const probe = rows.probe[cell.r];
+      if (probe && probe.low) line(span("span", "status-down", "probe LOW"), ": " + window.GpulseCluster.describeProbe(probe));
+      return parts;
+    }
+
+    // Our own hover, from the pointer's position: the tooltip follows the mouse
+    // exactly and its numbers refresh with every frame.
+    els.heatmap.addEventListener("mousemove", showTooltip);
+    els.heatmap.addEventListener("mouseleave", hideTooltip);
+
+    return { laidOut: laidOut, rowChanged: rowChanged, recolour: recolour, render: render };
+  }
+
+  window.GpulseHeatmap = { create: create };
+})();

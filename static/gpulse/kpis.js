@@ -1,0 +1,77 @@
+/* The overview's KPI cards: nodes, GPUs, utilization, power, memory from the
+ * cluster model (GpulseCluster), alerts and benchmark jobs from the frames' summary. */
+(function () {
+  "use strict";
+
+  const F = window.GpulseFormat;
+
+  function setText(id, text) {
+    const el = document.getElementById(id);
+    if (el.textContent !== text) el.textContent = text;
+  }
+
+  function watts(w) {
+    return w >= 10000 ? (w / 1000).toFixed(1) + " kW" : Math.round(w) + " W";
+  }
+
+  // "3/h · 42 s mean · 12.3 GB/s ↑ sim-01,sim-02": the newest job's busbw against the run before on those nodes.
+  function throughputText(s) {
+    if (!F.isNum(s.jobs_last_hour)) return "";
+    const parts = [s.jobs_last_hour + "/h"];
+    if (F.isNum(s.job_mean_s)) parts.push(Math.round(s.job_mean_s) + " s mean");
+    const b = s.latest_busbw;
+    if (b && F.isNum(b.busbw)) {
+      const trend = F.isNum(b.previous) ? (b.busbw > b.previous * 1.02 ? " ↑" : b.busbw < b.previous * 0.98 ? " ↓" : " =") : "";
+      parts.push(b.busbw.toFixed(2) + " GB/s" + trend + " " + b.nodes);
+    }
+    return parts.join(" · ");
+  }
+
+  function render(model) {
+    const rows = model.rows;
+    const cells = model.cells;
+    const n = model.names.length;
+    let up = 0, stale = 0, down = 0, gpus = 0, lost = 0, utilSum = 0, utilN = 0, busy = 0;
+    let power = 0, powerLimit = 0, memUsed = 0, memTotal = 0;
+    for (let r = 0; r < n; r++) {
+      const status = rows.status[r];
+      if (status === "up") up++;
+      else if (status === "stale") stale++;
+      else { down++; continue; }
+      gpus += rows.gpus[r];
+      lost += rows.lost[r];
+      utilSum += rows.utilSum[r];
+      utilN += rows.utilN[r];
+      power += rows.power[r];
+      powerLimit += rows.powerLimit[r];
+      memUsed += rows.memUsed[r];
+      memTotal += rows.memTotal[r];
+    }
+    for (let i = 0; i < cells.util.length; i++) if (cells.util[i] >= 50) busy++;
+    setText("kpi-nodes", String(n));
+    setText("kpi-up", up + " up");
+    setText("kpi-stale", stale + " stale");
+    setText("kpi-down", down + " down");
+    setText("kpi-gpus", String(gpus));
+    setText("kpi-lost", lost + " lost");
+    document.getElementById("kpi-lost").classList.toggle("status-down", lost > 0);
+    setText("kpi-util", utilN ? (utilSum / utilN).toFixed(1) + " %" : "—");
+    setText("kpi-busy", busy + " GPUs ≥ 50 %");
+    setText("kpi-power", watts(power));
+    setText("kpi-power-limit", "of " + watts(powerLimit) + " limit");
+    const memUnit = memTotal >= 1024 * 1024 * 10 ? ["TiB", 1024 * 1024] : ["GiB", 1024];
+    setText("kpi-mem", (memUsed / memUnit[1]).toFixed(1) + " " + memUnit[0]);
+    setText("kpi-mem-total", "of " + (memTotal / memUnit[1]).toFixed(1) + " " + memUnit[0] +
+      (memTotal ? " (" + ((100 * memUsed) / memTotal).toFixed(0) + " %)" : ""));
+    const s = model.summary;
+    setText("kpi-alerts", F.isNum(s.alerts_firing) ? String(s.alerts_firing) : "—");
+    document.getElementById("kpi-alerts").classList.toggle("status-down", s.alerts_firing > 0);
+    setText("kpi-jobs", F.isNum(s.jobs_running) ? s.jobs_running + " running" : "—");
+    setText("kpi-queued", (F.isNum(s.jobs_queued) ? s.jobs_queued : "—") + " queued");
+    setText("kpi-throughput", throughputText(s));
+    const nav = document.getElementById("nav-firing");
+    if (nav && F.isNum(s.alerts_firing)) nav.textContent = s.alerts_firing ? String(s.alerts_firing) : "";
+  }
+
+  window.GpulseKpis = { render: render };
+})();

@@ -1,0 +1,155 @@
+/* The overview's node table: sortable by any column, filtered by name, the
+ * first TABLE_MAX_ROWS rows in sort order (the filter finds any other node).
+ * Built as DOM nodes with text, never as markup from the values nodes send.
+ */
+(function () {
+  "use strict";
+
+  const F = window.GpulseFormat;
+  const TABLE_MAX_ROWS = 200;
+  const STATUS_RANK = { down: 0, stale: 1, up: 2 };
+
+  function nodeUrl(name) {
+    return "/nodes/" + encodeURIComponent(name) + "/";
+  }
+
+  function element(tag, className, text) {
+    const el = document.createElement(tag);
+    if (className) el.className = className;
+    if (text !== undefined) el.textContent = text;
+    return el;
+  }
+
+  /* The table of ``model`` (GpulseCluster) in els.table, sorted and filtered by ``view``. */
+  function create(model, view, els) {
+    const rows = model.rows;
+
+    function tableRows() {
+      const now = F.serverClock.now();
+      const filter = view.filter;
+      const list = [];
+      for (let r = 0; r < model.names.length; r++) {
+        const name = model.names[r];
+        if (filter && name.toLowerCase().indexOf(filter) < 0) continue;
+        list.push({
+          r: r,
+          name: name,
+          status: rows.status[r],
+          age: now - rows.ts[r],
+          gpus: rows.gpus[r],
+          util: rows.utilN[r] ? rows.utilSum[r] / rows.utilN[r] : NaN,
+          temp: rows.maxTemp[r],
+          power: rows.reporting[r] ? rows.power[r] : NaN,
+          mem: rows.reporting[r] ? rows.memUsed[r] : NaN,
+          probe: rows.probe[r] ? F.numberOrNaN(rows.probe[r].busbw) : NaN,
+        });
+      }
+      const key = view.sortKey, dir = view.sortDir;
+      list.sort(function (a, b) {
+        let d;
+        if (key === "name") d = F.compareNames(a.name, b.name);
+        else if (key === "status") d = (STATUS_RANK[a.status] || 0) - (STATUS_RANK[b.status] || 0);
+        else {
+          const x = a[key], y = b[key];
+          if (x !== x || y !== y) return (x !== x) - (y !== y); // no data sorts last either way
+          d = x - y;
+        }
+        return d * dir || F.compareNames(a.name, b.name);
+      });
+      return list;
+    }
+
+    function gpuCell(row) {
+      const td = element("td", "num");
+      const r = row.r;
+      if (row.status === "down") {
+        td.textContent = row.gpus || "—";
+        return td;
+      }
+      td.append(String(rows.reporting[r]));
+      if (rows.lost[r]) td.append(" ", element("span", "status-down", "(" + rows.lost[r] + " lost)"));
+      if (rows.reporting[r] + rows.lost[r] < row.gpus) td.append(" / " + row.gpus);
+      return td;
+    }
+
+    function probeCell(probe) {
+      if (!probe) {
+        const empty = element("td", "num muted", "—");
+        empty.title = "No bandwidth probe yet";
+        return empty;
+      }
+      const td = element("td", "num", probe.status === "succeeded" ? F.fixed(F.numberOrNaN(probe.busbw), 1) : String(probe.status));
+      td.title = window.GpulseCluster.describeProbe(probe);
+      if (probe.low) td.append(" ", element("b", "tag tag-alert", "LOW"));
+      return td;
+    }
+
+    function tableRow(row) {
+      const r = row.r;
+      const down = row.status === "down";
+      const tr = element("tr", "row-" + row.status);
+      tr.dataset.node = row.name;
+      const link = element("a", "", row.name);
+      link.href = nodeUrl(row.name);
+      const nameCell = element("td");
+      nameCell.append(link);
+      const statusCell = element("td");
+      statusCell.append(element("span", "status status-" + row.status, row.status));
+      tr.append(
+        nameCell,
+        statusCell,
+        element("td", "num", (down ? "no data " : "") + F.age(row.age)),
+        gpuCell(row),
+        element("td", "num", down ? "—" : F.fixed(row.util, 1)),
+        element("td", "num", down ? "—" : F.fixed(row.temp, 0)),
+        element("td", "num", down ? "—" : F.fixed(row.power, 0)),
+        element("td", "num", down ? "—" : F.fixed(row.mem / 1024, 0) + " / " + F.fixed(rows.memTotal[r] / 1024, 0)),
+        probeCell(rows.probe[r]),
+      );
+      return tr;
+    }
+
+    function render() {
+      const list = tableRows();
+      const shown = Math.min(list.length, TABLE_MAX_ROWS);
+      const trs = new Array(shown);
+      for (let k = 0; k < shown; k++) trs[k] = tableRow(list[k]);
+      els.tbody.replaceChildren.apply(els.tbody, trs);
+      const total = model.names.length;
+      const matching = list.length === total ? total + " nodes" : list.length + " of " + total + " nodes";
+      els.nodeCount.textContent = shown < list.length ? matching + ", first " + shown + " shown: sort or filter to see others" : matching;
+    }
+
+    function markSortedHeader() {
+      els.table.querySelectorAll("th[data-key]").forEach(function (th) {
+        const sorted = th.dataset.key === view.sortKey;
+        th.setAttribute("aria-sort", sorted ? (view.sortDir > 0 ? "ascending" : "descending") : "none");
+      });
+    }
+
+    els.table.querySelector("thead").addEventListener("click", function (event) {
+      const th = event.target.closest("th[data-key]");
+      if (!th) return;
+      const key = th.dataset.key;
+      // Names read best A→Z; for numbers the largest (hottest, busiest) first.
+      view.sortDir = key === view.sortKey ? -view.sortDir : key === "name" || key === "status" ? 1 : -1;
+      view.sortKey = key;
+      markSortedHeader();
+      render();
+    });
+    els.tbody.addEventListener("click", function (event) {
+      if (event.target.closest("a")) return;
+      const tr = event.target.closest("tr[data-node]");
+      if (tr) location.href = nodeUrl(tr.dataset.node);
+    });
+    els.filter.addEventListener("input", function () {
+      view.filter = els.filter.value.trim().toLowerCase();
+      render();
+    });
+    markSortedHeader();
+
+    return { render: render, maxRows: TABLE_MAX_ROWS };
+  }
+
+  window.GpulseNodeTable = { create: create, nodeUrl: nodeUrl };
+})();
