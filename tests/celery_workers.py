@@ -1,5 +1,6 @@
 """Real Celery workers for tests: node workers as subprocesses (as on GPU
-nodes, no database), the control worker in-process (it shares the test DB)."""
+nodes, no database), the control worker in-process (it shares the test DB),
+or as a subprocess on the test database, for tests that kill it."""
 
 import os
 import signal
@@ -70,12 +71,78 @@ def control_worker_running():
     import dashboard.alerts.tasks  # noqa: F401  (registers the control tasks)
     import dashboard.benchmarks.tasks  # noqa: F401
 
+    from dashboard.benchmarks.reaper import Reaper
+
+    # The test worker sends no worker_ready, which starts a real control worker's reaper.
+    reaper = Reaper()
     with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, queues=[CONTROL_QUEUE],
                       loglevel="WARNING", shutdown_timeout=30):
-        yield
+        reaper.start()
+        try:
+            yield
+        finally:
+            reaper.stop()
 
 
 @pytest.fixture
 def control_worker(redis_client):
     with control_worker_running():
         yield
+
+
+def database_url() -> str:
+    """The URL of the test database, for a worker in another process."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
+    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+class ControlWorker:
+    """`celery -A dashboard.control_worker worker -Q control` as production runs it, so it can be SIGKILLed."""
+
+    def __init__(self, redis_url: str, log_dir: Path):
+        self.redis_url = redis_url
+        self.log_dir = log_dir
+        self.process: subprocess.Popen | None = None
+        self.started = 0
+
+    def start(self, concurrency: int = 4, timeout: float = 60) -> None:
+        self.started += 1
+        log = self.log_dir / f"control-{self.started}.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "dashboard.control_worker", "worker", "-Q", CONTROL_QUEUE,
+             "-n", f"control-{self.started}@test", "--pool", "threads", "--concurrency", str(concurrency),
+             "--without-gossip", "--without-mingle", "-l", "INFO"],
+            cwd=ROOT, env={**os.environ, "REDIS_URL": self.redis_url, "DATABASE_URL": database_url(),
+                                 "GPULSE_RENDEZVOUS_ADDR": "127.0.0.1"},  # the test nodes all run here
+            stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while b"ready." not in log.read_bytes():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"control worker did not start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        """SIGKILL it, as Docker does once its stop grace period is over."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+@pytest.fixture
+def control_process(redis_server, redis_client, tmp_path):
+    worker = ControlWorker(redis_server.url, tmp_path)
+    yield worker
+    worker.stop()
