@@ -70,7 +70,6 @@ def control_worker_running():
     app.conf.broker_url = os.environ["REDIS_URL"]
     import dashboard.alerts.tasks  # noqa: F401  (registers the control tasks)
     import dashboard.benchmarks.tasks  # noqa: F401
-
     from dashboard.benchmarks.reaper import Reaper
 
     # The test worker sends no worker_ready, which starts a real control worker's reaper.

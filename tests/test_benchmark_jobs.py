@@ -437,4 +437,5 @@ def test_past_its_deadline_a_job_names_the_nodes_that_never_started_and_those_st
     assert decide(["bench-a", "bench-b"], progress, set(), 4999, 5000, 60) is None
     outcome = decide(["bench-a", "bench-b"], progress, set(), 5000, 5000, 60)
     assert outcome.status == "timed_out"
-    assert outcome.reason == "no report within the job's 60 s limit from bench-a (still running), bench-b (never started)"
+    assert outcome.reason == ("no report within the job's 60 s limit from bench-a (still running),"
+                              " bench-b (never started)")

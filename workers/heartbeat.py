@@ -67,4 +67,4 @@ def workerless(client: redis.Redis, keys: Keys, nodes: list[str]) -> list[str]:
     pipe = client.pipeline(transaction=False)
     for node in nodes:
         pipe.exists(keys.worker(node))
-    return [node for node, alive in zip(nodes, pipe.execute()) if not alive]
+    return [node for node, alive in zip(nodes, pipe.execute(), strict=True) if not alive]

@@ -76,7 +76,8 @@ def failure(failed: list[dict], gone: list[str], slow: list[str], progress: Prog
     reason = causes[0]
     if len(causes) > 1:
         more = len(causes) - 2
-        reason += f" (then {causes[1]}" + (f"; and {more} other node{'s' if more > 1 else ''} failed" if more else "") + ")"
+        others = f"; and {more} other node{'s' if more > 1 else ''} failed" if more else ""
+        reason += f" (then {causes[1]}{others})"
     if slow:
         reason += f" (no report from {describe_missing(slow, progress)})"
     first_status = failed[0]["status"] if failed and not gone else JobStatus.FAILED
