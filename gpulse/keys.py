@@ -39,6 +39,10 @@ class Keys:
         """Set by the first delivery of a node's task, so a redelivery does not start a second copy."""
         return f"{self.prefix}job:{job_id}:claimed:{node}"
 
+    def worker(self, node: str) -> str:
+        """Set, with a short TTL, while a benchmark worker consumes the node's queue (its heartbeat)."""
+        return f"{self.prefix}worker:{node}"
+
     @property
     def known_nodes(self) -> str:
         """Hash node -> {"ts", "interval"} of its last sample: remembers down nodes."""

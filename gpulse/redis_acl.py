@@ -9,7 +9,8 @@ another node's telemetry, a benchmark's results or a Celery task. Roles:
   simulator          the demo's simulated collector: the node role for every
                      node named ``<name prefix>*``, plus reading the faults hash
   nodeworker-<name>  a GPU node's Celery worker: the Celery broker keys, the
-                     job events streams, its own job claims and the cancel flags
+                     job events streams, its own job claims, the cancel flags and its
+                     own heartbeat ``worker:<name>``
   ingest             the telemetry consumer group, node state it derives,
                      the channel layer, Celery producer on the control queue
   web                reads what the pages and the API show, the channel layer,
@@ -125,7 +126,8 @@ def nodeworker_user(prefix: str, name: str, db: int = 0) -> AclUser:
     _check_prefix(prefix)
     _check_node(name)
     p = _pattern(prefix)
-    keys = (f"~{p}celery:*", f"~{p}job:*:events", f"~{p}job:*:cancel", f"~{p}job:*:claimed:{_pattern(name)}")
+    keys = (f"~{p}celery:*", f"~{p}job:*:events", f"~{p}job:*:cancel", f"~{p}job:*:claimed:{_pattern(name)}",
+            f"~{p}worker:{_pattern(name)}")
     return _user(f"nodeworker-{name}", keys, _celery_channels(p, db), CELERY_WORKER)
 
 
@@ -150,7 +152,7 @@ def web_user(prefix: str) -> AclUser:
     p = _pattern(prefix)
     keys = (f"~{p}node:*", f"~{p}nodes", f"~{p}recent:*", f"~{p}frame:snapshot", f"~{p}ingest:heartbeat",
             f"~{p}probes", f"~{p}probes:*", f"~{p}job:*:events", f"~{p}simulator:faults", f"~{p}cache:*",
-            *_control_queue_keys(p))
+            f"~{p}worker:*", *_control_queue_keys(p))
     # Reads for the pages, the API and the job websocket; writes only through
     # the cache (Django's RedisCache), the faults hash and the producer.
     commands = ("+@read", "+@pubsub", "+set", "+del", "+incrby", "+expire", "+hset", "+hdel", *TRANSACTIONS,
@@ -161,7 +163,7 @@ def web_user(prefix: str) -> AclUser:
 def control_user(prefix: str, db: int = 0) -> AclUser:
     _check_prefix(prefix)
     p = _pattern(prefix)
-    keys = (f"~{p}celery:*", f"~{p}job:*")
+    keys = (f"~{p}celery:*", f"~{p}job:*", f"~{p}worker:*")
     return _user("control", keys, (*_celery_channels(p, db), f"&{p}asgi*"), CELERY_WORKER)
 
 

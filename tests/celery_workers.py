@@ -1,7 +1,8 @@
 """Real Celery workers for tests: node workers as subprocesses (as on GPU
 nodes, no database); the control and webhook workers in-process, each on its
-own queue and pool as in production (they share the test DB), or the webhook
-worker as a process of its own where a test needs it beside the control worker."""
+own queue and pool as in production (they share the test DB), or as processes
+of their own on the test database: the webhook worker where a test needs it
+beside the control worker, the control worker for tests that kill it."""
 
 import os
 import signal
@@ -85,10 +86,17 @@ def control_worker_running():
     app.conf.broker_url = os.environ["REDIS_URL"]
     import dashboard.alerts.tasks  # noqa: F401  (registers the control tasks)
     import dashboard.benchmarks.tasks  # noqa: F401
+    from dashboard.benchmarks.reaper import Reaper
 
+    # The test worker sends no worker_ready, which starts a real control worker's reaper.
+    reaper = Reaper()
     with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, queues=[CONTROL_QUEUE],
                       loglevel="WARNING", shutdown_timeout=30):
-        yield
+        reaper.start()
+        try:
+            yield
+        finally:
+            reaper.stop()
 
 
 @pytest.fixture
@@ -141,3 +149,40 @@ def webhook_worker_process(log_dir: Path, settings_env: dict, timeout: float = 6
         yield
     finally:
         stop_workers([process])
+
+
+class ControlWorker:
+    """`celery -A dashboard.control_worker worker -Q control` as production runs it, so it can be SIGKILLed."""
+
+    def __init__(self, redis_url: str, log_dir: Path):
+        self.redis_url = redis_url
+        self.log_dir = log_dir
+        self.process: subprocess.Popen | None = None
+        self.started = 0
+
+    def start(self, concurrency: int = 4, timeout: float = 60) -> None:
+        self.started += 1
+        log = self.log_dir / f"control-{self.started}.log"
+        self.process = spawn_worker(
+            ["dashboard.control_worker", "worker", "-Q", CONTROL_QUEUE, "-n", f"control-{self.started}@test",
+             "--pool", "threads", "--concurrency", str(concurrency)],
+            log, {"REDIS_URL": self.redis_url, "DATABASE_URL": database_url_of_tests(),
+                  "GPULSE_RENDEZVOUS_ADDR": "127.0.0.1"},  # the test nodes all run here
+        )
+        wait_ready(self.process, log, time.monotonic() + timeout)
+
+    def kill(self) -> None:
+        """SIGKILL it, as Docker does once its stop grace period is over."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_workers([self.process])
+
+
+@pytest.fixture
+def control_process(redis_server, redis_client, tmp_path):
+    worker = ControlWorker(redis_server.url, tmp_path)
+    yield worker
+    worker.stop()

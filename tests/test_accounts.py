@@ -183,6 +183,7 @@ def test_launches_and_cancels_are_audited(client, redis_client, operator_user):
     now = time.time()
     redis_client.set(Keys().node("n1"), schema.encode(sample("n1", ts=now, interval=60)))
     redis_client.hset(Keys().known_nodes, "n1", json.dumps({"ts": now, "interval": 60}))
+    redis_client.set(Keys().worker("n1"), "{}", ex=60)  # its node worker's heartbeat: launches need one
     client.force_login(operator_user)
     job_id = client.post("/api/v1/benchmarks", json.dumps({"nodes": ["n1"], "backend": "gloo"}),
                          content_type="application/json").json()["id"]

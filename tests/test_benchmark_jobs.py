@@ -5,11 +5,13 @@ import time
 
 import psutil
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 
 from dashboard.benchmarks.models import BenchmarkJob, JobStatus
 from gpulse import schema
 from gpulse.keys import Keys
-from tests.celery_workers import control_worker, node_workers  # noqa: F401  (fixtures)
+from tests.celery_workers import control_process, control_worker, node_workers  # noqa: F401  (fixtures)
 from tests.samples import sample
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -132,7 +134,15 @@ def test_a_two_node_job_runs_real_ranks_and_records_nccl_tests_rows(
     assert not ranks_of(node_workers)
 
 
-def test_killing_a_node_worker_mid_job_fails_the_job_with_a_reason_and_leaves_no_rank(
+def wait_for_rows(redis_client, job_id, timeout: float = 60) -> None:
+    """Wait until rank 0 streams rows: every node's ranks are in the collective."""
+    deadline = time.time() + timeout
+    while not any(json.loads(f[b"e"])["kind"] == "row" for _, f in redis_client.xrange(Keys().job_events(job_id))):
+        assert time.time() < deadline, "no row came"
+        time.sleep(0.2)
+
+
+def test_killing_a_node_worker_mid_job_fails_the_job_naming_it_first_and_leaves_no_rank(
     client, operator_user, live_nodes, node_workers, control_worker, redis_client
 ):
     node_workers.start(*live_nodes)
@@ -141,13 +151,13 @@ def test_killing_a_node_worker_mid_job_fails_the_job_with_a_reason_and_leaves_no
                                                                     "timeout_seconds": 40})
     job_id = response.json()["id"]
     ranks = wait_for_ranks(node_workers, 2)
-    deadline = time.time() + 60
-    while not redis_client.xlen(Keys().job_events(job_id)) and time.time() < deadline:
-        time.sleep(0.2)  # rows flow: both nodes' ranks are in the collective
+    wait_for_rows(redis_client, job_id)
     node_workers.kill("bench-b")
-    job = wait_for(job_id, {"failed", "timed_out"}, timeout=40 + 30)
-    assert job.reason, "a failed job must say why"
-    assert "bench-a" in job.reason or "bench-b" in job.reason
+    job = wait_for(job_id, {"failed", "timed_out"}, timeout=30)
+    # bench-a's ranks lost their peer and said so; the cause is the worker that died.
+    assert job.status == "failed"
+    assert job.reason.startswith("bench-b: its benchmark worker stopped during the job"), job.reason
+    assert "then bench-a: " in job.reason and "no report from" not in job.reason
     assert_gone(ranks)
 
 
@@ -202,17 +212,17 @@ def form_post(client, **fields):
 
 
 @pytest.mark.parametrize("max_bytes", ["1000000G", str(2**63), 2**63, "9" * 5000])
-def test_a_message_size_past_the_configured_cap_gets_400_not_a_job(client, operator, live_nodes, max_bytes):
-    client.force_login(operator)
+def test_a_message_size_past_the_configured_cap_gets_400_not_a_job(client, operator_user, live_nodes, max_bytes):
+    client.force_login(operator_user)
     response = post(client, nodes=live_nodes, **{**SMALL, "max_bytes": max_bytes})
     assert response.status_code == 400, response.content
     assert "max_bytes" in response.json()["fields"]
     assert BenchmarkJob.objects.count() == 0
 
 
-def test_the_cap_comes_from_the_setting_and_the_message_names_it(client, operator, live_nodes, settings):
+def test_the_cap_comes_from_the_setting_and_the_message_names_it(client, operator_user, live_nodes, settings):
     settings.GPULSE_BENCHMARK_MAX_BYTES = 1 << 20
-    client.force_login(operator)
+    client.force_login(operator_user)
     response = post(client, nodes=live_nodes, **{**SMALL, "max_bytes": "2M"})
     assert response.status_code == 400
     message = response.json()["fields"]["max_bytes"][0]
@@ -229,16 +239,16 @@ def test_the_cap_comes_from_the_setting_and_the_message_names_it(client, operato
     ("timeout_seconds", 5), ("timeout_seconds", 10**9), ("timeout_seconds", float("inf")),
     ("min_bytes", "0"), ("min_bytes", -1),
 ])
-def test_every_numeric_field_is_bounded_with_a_400(client, operator, live_nodes, field, value):
-    client.force_login(operator)
+def test_every_numeric_field_is_bounded_with_a_400(client, operator_user, live_nodes, field, value):
+    client.force_login(operator_user)
     response = post(client, nodes=live_nodes, **{**SMALL, field: value})
     assert response.status_code == 400, response.content
     assert response.json()["fields"], "the answer names what to correct"
     assert BenchmarkJob.objects.count() == 0
 
 
-def test_a_node_listed_twice_gets_400(client, operator, live_nodes):
-    client.force_login(operator)
+def test_a_node_listed_twice_gets_400(client, operator_user, live_nodes):
+    client.force_login(operator_user)
     response = post(client, nodes=["bench-a", "bench-b", "bench-a"], **SMALL)
     assert response.status_code == 400
     assert "bench-a is listed twice" in response.json()["fields"]["nodes"][0]
@@ -259,8 +269,8 @@ def queued_job(user) -> BenchmarkJob:
                                        max_bytes=2)
 
 
-def test_only_the_launcher_may_cancel_a_job(client, operator, other_operator):
-    job = queued_job(operator)
+def test_only_the_launcher_may_cancel_a_job(client, operator_user, other_operator):
+    job = queued_job(operator_user)
     client.force_login(other_operator)
     response = client.post(f"/api/v1/benchmarks/{job.pk}/cancel")
     assert response.status_code == 403
@@ -269,18 +279,151 @@ def test_only_the_launcher_may_cancel_a_job(client, operator, other_operator):
     assert "id=\"cancel\"" not in client.get(f"/benchmarks/{job.pk}/").content.decode()
     job.refresh_from_db()
     assert job.status == JobStatus.QUEUED
-    client.force_login(operator)
+    client.force_login(operator_user)
     assert "id=\"cancel\"" in client.get(f"/benchmarks/{job.pk}/").content.decode()
     response = client.post(f"/api/v1/benchmarks/{job.pk}/cancel")
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
 
 
-def test_a_holder_of_cancel_any_may_cancel_anyones_job(client, operator, viewer):
+def test_a_holder_of_cancel_any_may_cancel_anyones_job(client, operator_user, viewer):
     viewer.user_permissions.add(Permission.objects.get(codename="cancel_any_benchmark"))
-    first, second = queued_job(operator), queued_job(None)
+    first, second = queued_job(operator_user), queued_job(None)
     client.force_login(viewer)
     assert client.post(f"/api/v1/benchmarks/{first.pk}/cancel").json()["status"] == "cancelled"
     response = client.post(f"/benchmarks/{second.pk}/cancel/")
     assert response.status_code == 302
     second.refresh_from_db()
     assert second.status == JobStatus.CANCELLED
+
+
+def kill_rank_of(node_workers, node: str) -> None:
+    worker = psutil.Process(node_workers.processes[node].pid)
+    rank = next(c for c in worker.children(recursive=True) if "workers.allreduce" in c.cmdline())
+    rank.kill()
+
+
+def test_a_job_whose_control_worker_is_killed_mid_run_ends_within_30_s_with_its_result(
+    client, operator_user, live_nodes, node_workers, control_process, redis_client
+):
+    node_workers.start(*live_nodes)
+    control_process.start()
+    client.force_login(operator_user)
+    job_id = post(client, nodes=live_nodes, ranks_per_node=1,
+                  **{**SMALL, "max_bytes": "4M", "iters": 10}).json()["id"]
+    wait_for_ranks(node_workers, 2)
+    control_process.kill()  # as Docker does after its stop grace period
+    killed = time.time()
+    control_process.start()
+    job = wait_for(job_id, {"succeeded", "failed", "timed_out"}, timeout=30 - (time.time() - killed))
+    assert job.status == "succeeded", job.reason
+    assert sorted({r["size"] for r in job.result["rows"]}) == [1024 * 2**i for i in range(13)]
+    assert job.avg_busbw > 0 and set(job.result["versions"]) == set(live_nodes)
+    response = post(client, nodes=live_nodes, ranks_per_node=1, **SMALL)  # its nodes are free again
+    assert response.status_code == 202, response.content
+
+
+def test_a_node_failing_while_no_control_worker_runs_fails_the_job_naming_that_node(
+    client, operator_user, live_nodes, node_workers, control_process, redis_client
+):
+    node_workers.start(*live_nodes)
+    control_process.start()
+    client.force_login(operator_user)
+    job_id = post(client, nodes=live_nodes, ranks_per_node=1,
+                  **{**SMALL, "max_bytes": "64M", "iters": 50}).json()["id"]
+    ranks = wait_for_ranks(node_workers, 2)
+    wait_for_rows(redis_client, job_id)
+    control_process.kill()
+    killed = time.time()
+    kill_rank_of(node_workers, "bench-b")
+    control_process.start()
+    job = wait_for(job_id, {"succeeded", "failed", "timed_out"}, timeout=30 - (time.time() - killed))
+    assert job.status == "failed"
+    # bench-b's rank was killed; bench-a's only lost its peer.
+    assert job.reason.startswith("bench-b: rank 1 exited with code -9 (SIGKILL)"), job.reason
+    assert "then bench-a: " in job.reason
+    assert_gone(ranks)
+
+
+def test_a_launch_on_a_node_whose_worker_is_gone_is_refused_naming_it(
+    client, operator_user, live_nodes, node_workers, redis_client
+):
+    from workers.heartbeat import TTL_S
+
+    client.force_login(operator_user)
+    response = post(client, nodes=live_nodes, **SMALL)  # no worker has ever run there
+    assert response.status_code == 409
+    assert "no benchmark worker on bench-a, bench-b" in response.json()["error"]
+    node_workers.start(*live_nodes)
+    node_workers.kill("bench-b")
+    deadline = time.time() + TTL_S + 5
+    while redis_client.exists(Keys().worker("bench-b")):  # its heartbeat expires
+        assert time.time() < deadline, "the heartbeat of a killed worker did not expire"
+        time.sleep(0.2)
+    response = post(client, nodes=live_nodes, **SMALL)
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error.startswith("no benchmark worker on bench-b:") and "bench-a" not in error
+    response = form_post(client, nodes=live_nodes, dtype="float32")
+    assert response.status_code == 409, response.content.decode()[-3000:]
+    assert "no benchmark worker on bench-b" in response.content.decode()
+    assert redis_client.exists(Keys().worker("bench-a"))  # the live worker still beats
+    assert BenchmarkJob.objects.count() == 0
+
+
+def test_the_control_worker_holds_no_thread_while_a_job_runs(
+    client, operator_user, live_nodes, node_workers, control_process, redis_client
+):
+    node_workers.start(*live_nodes)
+    control_process.start(concurrency=1)
+    client.force_login(operator_user)
+    long_job = post(client, nodes=["bench-a"], ranks_per_node=1,
+                    **{**SMALL, "max_bytes": "256M", "iters": 200}).json()["id"]
+    wait_for_ranks(node_workers, 1)
+    other = post(client, nodes=["bench-b"], ranks_per_node=1, **SMALL).json()["id"]
+    # Its one thread is free: the second job is claimed while the first still runs.
+    assert wait_for(other, {"running", "succeeded"}, timeout=5)
+    assert BenchmarkJob.objects.get(pk=long_job).status == "running"
+    assert client.post(f"/api/v1/benchmarks/{long_job}/cancel").json()["status"] == "cancelled"
+
+
+def done(node: str, status: str = "succeeded", reason: str | None = None, crashed: bool = False) -> dict:
+    return {"kind": "node_done", "node": node, "node_rank": 0 if node == "bench-a" else 1, "status": status,
+            "reason": reason, "crashed": crashed, "result": {}}
+
+
+GLOO = "rank 0 failed: Connection closed by peer [127.0.0.1]:29501"
+
+
+def test_a_live_node_that_has_not_reported_yet_is_waited_for_not_named_silent():
+    from dashboard.benchmarks.outcome import FAILURE_SETTLE_S, decide, read_progress
+
+    events = [("1000-0", {"kind": "started", "node": "bench-a"}), ("1001-0", {"kind": "started", "node": "bench-b"}),
+              ("2000-0", done("bench-a", "failed", GLOO))]
+    progress = read_progress(events)
+    nodes = ["bench-a", "bench-b"]
+    assert decide(nodes, progress, set(), 2000 + 1000, 10**9, 60) is None  # bench-b may yet say why
+    late = decide(nodes, progress, set(), 2000 + FAILURE_SETTLE_S * 1000, 10**9, 60)
+    assert late.status == "failed" and late.reason == f"bench-a: {GLOO} (no report from bench-b (still running))"
+    gone = decide(nodes, progress, {"bench-b"}, 3000, 10**9, 60)
+    assert gone.reason == f"bench-b: its benchmark worker stopped during the job (then bench-a: {GLOO})"
+
+
+def test_the_node_whose_rank_crashed_leads_the_reason_whichever_reported_first():
+    from dashboard.benchmarks.outcome import decide, read_progress
+
+    crash = "rank 1 exited with code -9 (SIGKILL)"
+    events = [("2000-0", done("bench-a", "failed", GLOO)), ("2001-0", done("bench-b", "failed", crash, crashed=True))]
+    outcome = decide(["bench-a", "bench-b"], read_progress(events), set(), 2001, 10**9, 60)
+    assert outcome.status == "failed" and outcome.reason == f"bench-b: {crash} (then bench-a: {GLOO})"
+
+
+def test_past_its_deadline_a_job_names_the_nodes_that_never_started_and_those_still_running():
+    from dashboard.benchmarks.outcome import decide, read_progress
+
+    events = [("1000-0", {"kind": "started", "node": "bench-a"})]
+    progress = read_progress(events)
+    assert decide(["bench-a", "bench-b"], progress, set(), 4999, 5000, 60) is None
+    outcome = decide(["bench-a", "bench-b"], progress, set(), 5000, 5000, 60)
+    assert outcome.status == "timed_out"
+    assert outcome.reason == ("no report within the job's 60 s limit from bench-a (still running),"
+                              " bench-b (never started)")

@@ -87,6 +87,13 @@ def test_the_processes_run_the_project_entry_points():
         assert (ROOT / path).exists(), path
 
 
+@pytest.mark.parametrize("service", ["control-worker", "node-worker"])
+def test_workers_get_a_stop_grace_period_to_finish_their_tasks(service):
+    # Docker's default is 10 s, then SIGKILL: a task cut short mid-way.
+    grace = SERVICES[service]["stop_grace_period"]
+    assert re.fullmatch(r"\d+s", grace) and int(grace[:-1]) >= 60
+
+
 def test_the_collector_command_is_one_the_collector_cli_accepts():
     shell = SERVICES["collector"]["command"][2]
     words = shlex.split(shell.replace("$${GPULSE_NODE_NAME:-$$HOSTNAME}", "gpu-01"))

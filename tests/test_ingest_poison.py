@@ -20,22 +20,13 @@ from dashboard.live.health import health
 from dashboard.live.models import GpuRollup
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, Keys
-from tests.celery_workers import webhook_worker_running
+from tests.celery_workers import database_url_of_tests, webhook_worker_running
 from tests.samples import gpu, sample
 from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 # The ingest process and the in-process control worker use their own connections: commit.
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def database_url() -> str:
-    """The test database, as a DATABASE_URL for the ingest process."""
-    db = connection.settings_dict
-    if db["ENGINE"] == "django.db.backends.sqlite3":
-        return f"sqlite:///{db['NAME']}"
-    password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
-    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
 def with_gpus(node: str, gpus: list, ts: float) -> dict:
@@ -87,7 +78,7 @@ class RunningIngest:
         self.log_path = log_path
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "ingest", "--tick", "0.5", "--consumer", "poison-test"],
-            cwd=ROOT, env={**os.environ, "DATABASE_URL": database_url()},
+            cwd=ROOT, env={**os.environ, "DATABASE_URL": database_url_of_tests()},
             stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
         )
 

@@ -13,7 +13,7 @@ import pytest
 from dashboard.alerts import tasks
 from dashboard.alerts.models import DeliveryAttempt, WebhookEndpoint
 from tests.celery_workers import control_worker, node_workers, webhook_worker_process  # noqa: F401  (fixtures)
-from tests.test_benchmark_jobs import SMALL, live_nodes, operator, post, wait_for  # noqa: F401  (fixtures)
+from tests.test_benchmark_jobs import SMALL, live_nodes, post, wait_for  # noqa: F401  (fixtures)
 from tests.test_webhook_deadline import misbehaving  # noqa: F401  (fixture)
 from tests.test_webhook_isolation import NOTIFICATIONS, notified_transitions, wait_until_done
 
@@ -36,7 +36,7 @@ def webhook_worker(tmp_path, redis_client):
 
 
 def test_a_benchmark_launched_beside_a_trickling_receiver_starts_within_5_s(
-    webhook_worker, misbehaving, client, operator, live_nodes, node_workers, control_worker  # noqa: F811
+    webhook_worker, misbehaving, client, operator_user, live_nodes, node_workers, control_worker  # noqa: F811
 ):
     node_workers.start(*live_nodes)
     trickle = misbehaving("trickle")
@@ -44,7 +44,7 @@ def test_a_benchmark_launched_beside_a_trickling_receiver_starts_within_5_s(
     for transition in notified_transitions(NOTIFICATIONS, "gpu-d"):
         tasks.dispatch.delay(transition.id)
     time.sleep(1.0)  # the deliveries are under way, the slow ones holding their threads
-    client.force_login(operator)
+    client.force_login(operator_user)
     launched = time.monotonic()
     response = post(client, nodes=live_nodes, ranks_per_node=1, **SMALL)
     assert response.status_code == 202, response.content

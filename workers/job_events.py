@@ -1,9 +1,11 @@
 """The job events stream `gpulse:job:<id>:events`: what node tasks, the control
-watcher and browsers say to each other about one benchmark job.
+side and browsers say to each other about one benchmark job.
 
 Each entry has one field `e`, a JSON object with a `kind`:
   row        {"kind": "row", "row": {size, count, type, redop, time_us, algbw, busbw, wrong, inplace}}
-  node_done  {"kind": "node_done", "node", "node_rank", "status", "reason", "result"}
+  started    {"kind": "started", "node"}   (the node's task began: it is not silent, only slow)
+  node_done  {"kind": "node_done", "node", "node_rank", "status", "reason", "crashed", "result"}
+             (crashed: one of its ranks died without a word, the likely cause of a failure)
   final      {"kind": "final", "status", "reason"}   (written once the job is recorded)
 """
 
@@ -31,3 +33,8 @@ def read(client: redis.Redis, keys: Keys, job_id, after: str = "0-0", block_ms: 
     if not reply:
         return []
     return [(entry_id.decode(), json.loads(fields[b"e"])) for entry_id, fields in reply[0][1]]
+
+
+def history(client: redis.Redis, keys: Keys, job_id) -> list[tuple[str, dict]]:
+    """Return every (entry id, event) pair of the job so far, oldest first."""
+    return [(entry_id.decode(), json.loads(fields[b"e"])) for entry_id, fields in client.xrange(keys.job_events(job_id))]

@@ -58,6 +58,9 @@ class NodeResult:
     rows: list[Row] = field(default_factory=list)  # rank 0's, so only node 0 has any
     versions: dict = field(default_factory=dict)
     duration_s: float = 0.0
+    # A rank died without saying why (killed, crashed): the likely cause of a
+    # multi-node job's failure, where its peers' broken connections are consequences.
+    crashed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -231,6 +234,7 @@ def run_node(spec: SweepSpec, on_row: Callable[[Row], None] | None = None,
             ranks.append(_Rank(spec, local_rank))
         cancelled = getattr(cancel, "is_set", cancel) or (lambda: False)
         status, reason = _supervise(spec, ranks, store, rows, on_row, cancelled, deadline=started + spec.timeout)
+        crashed = status == JobStatus.FAILED and any(rank.crashed for rank in ranks)
     finally:
         for rank in ranks:
             rank.terminate()
@@ -239,7 +243,7 @@ def run_node(spec: SweepSpec, on_row: Callable[[Row], None] | None = None,
             rank.reap(stop_by)
             rank.close()
         del store  # shuts the rendezvous server down
-    return NodeResult(status, reason, spec, rows, versions, duration_s=time.monotonic() - started)
+    return NodeResult(status, reason, spec, rows, versions, duration_s=time.monotonic() - started, crashed=crashed)
 
 
 def _host_rendezvous(spec: SweepSpec):

@@ -4,7 +4,7 @@ import logging
 
 from gpulse.keys import Keys
 from workers import job_events
-from workers.celery_app import BENCHMARK_HARD_LIMIT, app
+from workers.celery_app import BENCHMARK_HARD_LIMIT, CONTROL_QUEUE, app
 from workers.launcher import run_node
 from workers.redis_client import redis_client
 from workers.sweep_spec import SweepSpec
@@ -27,6 +27,8 @@ def run_benchmark_node(job_id: int, node: str, spec: dict) -> str:
     if not client.set(keys.job_claim(job_id, node), 1, nx=True, ex=job_events.EVENTS_TTL):
         log.warning("job %s on %s was already started; ignoring the redelivery", job_id, node)
         return "duplicate"
+    # Tells the control side this node is not silent, only slow, should it never report.
+    job_events.emit(client, keys, job_id, {"kind": "started", "node": node})
     sweep = SweepSpec.from_dict(spec)
     cancel_key = keys.job_cancel(job_id)
 
@@ -48,7 +50,12 @@ def run_benchmark_node(job_id: int, node: str, spec: dict) -> str:
             "node_rank": sweep.node_rank,
             "status": result.status,
             "reason": result.reason,
+            "crashed": result.crashed,
             "result": result.to_dict() if sweep.node_rank == 0 else {"versions": result.versions},
         },
     )
+    # The control side records the job once every node has reported; no control
+    # thread waits for it. Should this message be lost, its periodic reaper reads
+    # the same events.
+    app.send_task("gpulse.benchmarks.node_reported", args=[job_id], queue=CONTROL_QUEUE)
     return result.status

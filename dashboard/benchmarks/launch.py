@@ -11,7 +11,11 @@ from django.utils import timezone
 from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.tasks import finish, start_job
 from dashboard.live.cluster import read_cluster
+from dashboard.redis_client import redis_client
+from gpulse.keys import Keys
 from workers.celery_app import BENCHMARK_HARD_LIMIT
+from workers.heartbeat import TTL_S as HEARTBEAT_TTL_S
+from workers.heartbeat import workerless
 from workers.job_status import JobStatus
 from workers.sweep_spec import BACKENDS, DTYPES, SpecError, format_size, parse_size
 
@@ -93,7 +97,8 @@ def rate_limit() -> tuple[int, int]:
 
 
 def launch(user, data: dict) -> BenchmarkJob | Refusal:
-    """Create and queue the job, or refuse: 409 when nodes are busy, 429 past the rate.
+    """Create and queue the job, or refuse: 409 when nodes are busy or have no
+    benchmark worker, 429 past the rate.
 
     ``user`` None is an operator's shell on the control host: no rate limit.
     """
@@ -108,6 +113,11 @@ def launch(user, data: dict) -> BenchmarkJob | Refusal:
         busy = sorted({n for job in BenchmarkJob.objects.active() for n in job.nodes} & set(data["nodes"]))
         if busy:
             return Refusal(409, f"{', '.join(busy)} already run a benchmark; wait for it to finish or cancel it")
+        # Its task would wait in a queue nobody reads until the job's time limit.
+        absent = workerless(redis_client(), Keys(), data["nodes"])
+        if absent:
+            return Refusal(409, f"no benchmark worker on {', '.join(absent)}: none has sent a heartbeat in the"
+                                f" last {HEARTBEAT_TTL_S} s (is its node worker running?)")
         job = BenchmarkJob.objects.create(created_by=user, **data)
     transaction.on_commit(lambda: start_job.delay(job.pk))
     return job

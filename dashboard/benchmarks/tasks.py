@@ -1,24 +1,25 @@
-"""Control-queue tasks: start a benchmark job on its nodes, watch it, record the result."""
+"""Control-queue tasks: start a benchmark job on its nodes, and record how it ended."""
 
 import logging
-import time
 
 from django.utils import timezone
 
 from dashboard.benchmarks.models import BenchmarkJob
+from dashboard.benchmarks.outcome import decide, read_progress
 from dashboard.benchmarks.rendezvous import choose_rendezvous
 from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
 from workers import job_events
-from workers.celery_app import BENCHMARK_HARD_LIMIT, CONTROL_QUEUE, app, node_queue
+from workers.celery_app import CONTROL_QUEUE, app, node_queue
+from workers.heartbeat import workerless
 from workers.job_status import JobStatus
 from workers.report import avg_busbw
 from workers.sweep_spec import Row
 
 log = logging.getLogger(__name__)
 
-# The watcher gives nodes this long past the job's own limit to report, since
-# a node reports only after its ranks are stopped and cleaned up.
+# Nodes get this long past the job's own limit to report, since a node
+# reports only after its ranks are stopped and cleaned up.
 REPORT_GRACE_S = 30
 
 
@@ -44,70 +45,69 @@ def claim_and_dispatch(job_id: int) -> tuple[BenchmarkJob, bool]:
     return job, bool(claimed)
 
 
-@app.task(name="gpulse.benchmarks.start_job", queue=CONTROL_QUEUE, acks_late=True, time_limit=BENCHMARK_HARD_LIMIT)
+@app.task(name="gpulse.benchmarks.start_job", queue=CONTROL_QUEUE, acks_late=True)
 def start_job(job_id: int) -> str:
-    """Start the job on its nodes, then watch it to the end.
+    """Start the job on its nodes and return: no control thread waits for a run.
 
-    A redelivered copy only resumes watching, so a lost control worker never
-    leaves a job running forever.
+    The nodes report on the job's events stream and each sends `node_reported`;
+    the reaper (dashboard/benchmarks/reaper.py) ends the jobs whose reports
+    never come, so a control worker that dies mid-job loses nothing.
     """
     job, _claimed = claim_and_dispatch(job_id)
-    if job.status != JobStatus.RUNNING:
-        return job.status
-    return watch(job)
+    return job.status
 
 
-def watch(job: BenchmarkJob) -> str:
+@app.task(name="gpulse.benchmarks.node_reported", queue=CONTROL_QUEUE, acks_late=True)
+def node_reported(job_id: int) -> str:
+    """A node of the job has reported: end the job if its reports say how it ended."""
+    job = BenchmarkJob.objects.get(pk=job_id)
+    if job.status == JobStatus.RUNNING:
+        settle(job)
+    return job.status
+
+
+def settle(job: BenchmarkJob) -> None:
+    """End the running job if its events and its nodes' heartbeats say how it ended.
+
+    Idempotent: every end is a compare-and-set from running, so a node_reported
+    task and the reaper of any control worker may settle the same job at once.
+    """
     client = redis_client()
     keys = Keys()
-    deadline = job.started.timestamp() + job.timeout_seconds + REPORT_GRACE_S
-    reports: dict[str, dict] = {}
-    after = "0-0"
-    while time.time() < deadline:
-        job.refresh_from_db(fields=["status"])
-        if job.status != JobStatus.RUNNING:  # cancelled from the UI or the API
-            return job.status
-        for entry_id, event in job_events.read(client, keys, job.pk, after, block_ms=500):
-            after = entry_id
-            if event["kind"] == "node_done":
-                reports[event["node"]] = event
-        failed = [r for r in reports.values() if r["status"] != JobStatus.SUCCEEDED]
-        if failed or len(reports) == len(job.nodes):
-            return record(job, reports, failed)
-    missing = sorted(set(job.nodes) - set(reports))
-    return finish(job, JobStatus.TIMED_OUT, f"no report from {', '.join(missing)} within the job's {job.timeout_seconds} s limit")
+    progress = read_progress(job_events.history(client, keys, job.pk))
+    seconds, micros = client.time()  # the clock that stamped the stream's entries
+    now_ms = seconds * 1000 + micros // 1000
+    deadline_ms = int((job.started.timestamp() + job.timeout_seconds + REPORT_GRACE_S) * 1000)
+    outcome = decide(job.nodes, progress, set(workerless(client, keys, job.nodes)), now_ms, deadline_ms,
+                     job.timeout_seconds)
+    if outcome is None:
+        return
+    if outcome.status == JobStatus.SUCCEEDED:
+        record(job, progress.reports)
+    else:
+        finish(job, outcome.status, outcome.reason)
 
 
-def record(job: BenchmarkJob, reports: dict, failed: list) -> str:
-    if failed:
-        # The node that failed first names the cause; a rank that lost its peer says less.
-        first = failed[0]
-        status = JobStatus.TIMED_OUT if first["status"] == JobStatus.TIMED_OUT else JobStatus.FAILED
-        reason = f"{first['node']}: {first['reason']}"
-        silent = sorted(set(job.nodes) - set(reports))
-        if silent:
-            reason += f" (no report from {', '.join(silent)}: its worker may be down)"
-        return finish(job, status, reason)
+def record(job: BenchmarkJob, reports: dict) -> str:
+    """End the job as succeeded with node 0's rows."""
     head = next(r for r in reports.values() if r["node_rank"] == 0)["result"]
     rows = head["rows"]
-    job.result = {
+    largest = max((r["size"] for r in rows), default=None)
+    return finish(job, JobStatus.SUCCEEDED, "", result={
         "world_size": len(job.nodes) * job.ranks_per_node,
         "rows": rows,
         "versions": {r["node"]: r["result"]["versions"] for r in reports.values()},
         "backend": head["spec"]["backend"],
-    }
-    job.avg_busbw = avg_busbw([Row(**r) for r in rows]) if rows else None
-    largest = max((r["size"] for r in rows), default=None)
-    job.peak_busbw = max((r["busbw"] for r in rows if r["size"] == largest), default=None)
-    job.save(update_fields=["result", "avg_busbw", "peak_busbw"])
-    return finish(job, JobStatus.SUCCEEDED, "")
+    }, avg_busbw=avg_busbw([Row(**r) for r in rows]) if rows else None,
+        peak_busbw=max((r["busbw"] for r in rows if r["size"] == largest), default=None))
 
 
-def finish(job: BenchmarkJob, status: str, reason: str) -> str:
-    """Record the end once (compare-and-set from running), tell every node and
-    browser, and return the job's status, which an earlier end may have set."""
+def finish(job: BenchmarkJob, status: str, reason: str, **result) -> str:
+    """Record the end once (compare-and-set from running, with its result fields),
+    tell every node and browser, and return the job's status, which an earlier
+    end may have set."""
     ended = BenchmarkJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
-        status=status, reason=reason, finished=timezone.now()
+        status=status, reason=reason, finished=timezone.now(), **result
     )
     client = redis_client()
     keys = Keys()

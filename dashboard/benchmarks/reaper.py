@@ -1,0 +1,66 @@
+"""The reaper: every few seconds, settle each running job from what Redis holds.
+
+Nodes end their jobs by reporting (`node_reported`), but that message may be
+lost with a control worker killed mid-task, a node may die without reporting,
+or a collective may hang: the reaper ends those jobs from the job events
+already in Redis (all nodes reported: recorded; a failure: failed; past the
+deadline: timed out, naming the silent nodes).
+
+Every control worker process runs one reaper thread (started on Celery's
+`worker_ready`, see dashboard/control_worker.py). Not Celery beat: beat wants
+exactly one scheduler, so embedding it (`-B`) in two control workers would run
+two, and a separate beat service would be one more process to keep alive.
+Passes of several workers at once are harmless: every end is a
+compare-and-set, so two reapers cost two reads, never two results. The thread
+holds no pool slot, and it runs while any control worker does.
+"""
+
+import logging
+import threading
+
+from django.db import close_old_connections, connections
+
+from dashboard.benchmarks.models import BenchmarkJob
+from dashboard.benchmarks.tasks import settle
+from workers.job_status import JobStatus
+
+log = logging.getLogger(__name__)
+
+# A job whose control worker died ends at most this long after its last report.
+INTERVAL_S = 5
+
+
+def reap() -> None:
+    """Settle every running job once."""
+    for job in BenchmarkJob.objects.filter(status=JobStatus.RUNNING):
+        try:
+            settle(job)
+        except Exception:  # one bad job must not stop the others being reaped
+            log.exception("benchmark job %s could not be settled", job.pk)
+
+
+class Reaper:
+    def __init__(self, interval_s: float = INTERVAL_S):
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpulse-reaper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                try:
+                    reap()
+                except Exception:  # the database or Redis away: the next pass tries again
+                    log.exception("benchmark reaper pass failed")
+                finally:
+                    close_old_connections()  # as after a request: drop a broken or expired connection
+        finally:
+            connections.close_all()  # this thread's own connections
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
