@@ -130,6 +130,15 @@ CHANNEL_LAYERS = {
 GPULSE_TICK = env_float("GPULSE_TICK", 1.0)
 # Seconds of ingest lag past which /healthz reports ingest as failing.
 GPULSE_INGEST_MAX_LAG = env_float("GPULSE_INGEST_MAX_LAG", 10.0)
+# Ingest merges the minute rollups it gathered into the database this often (seconds),
+# and acknowledges stream entries only then (dashboard/live/rollups.py).
+GPULSE_ROLLUP_FLUSH_INTERVAL = env_float("GPULSE_ROLLUP_FLUSH_INTERVAL", 5.0, minimum=0.1)
+# During a database outage: at most this many (node, gpu, minute) rollup rows wait in
+# memory (oldest minute dropped and counted past it; 8,000 GPUs x 60 minutes) ...
+GPULSE_ROLLUP_MAX_ROWS = env_int("GPULSE_ROLLUP_MAX_ROWS", 500_000, minimum=1)
+# ... and at most this many stream entries wait unacknowledged (past it, the oldest are
+# acknowledged before their rollups are written, and counted).
+GPULSE_INGEST_MAX_UNACKED = env_int("GPULSE_INGEST_MAX_UNACKED", 200_000, minimum=1)
 
 # A node whose newest bandwidth probe is this fraction below its own median is flagged.
 GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)

@@ -1,3 +1,4 @@
+import datetime as dt
 import time
 
 import orjson
@@ -123,13 +124,22 @@ def test_entries_left_pending_by_a_dead_consumer_are_reclaimed(redis_client, mak
     dead.ensure_group()
     # The dead consumer read the entry and died before acknowledging it.
     redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry: ">"}, count=10)
-    monkeypatch.setattr("dashboard.live.ingest.RECLAIM_IDLE_MS", 0)
+    survivor = make_ingest(consumer="survivor")
+    assert survivor.read(block_ms=10) == 0  # taken over when it starts, before anything new
+    survivor.emit(time.time())
+    assert "orphan" in frames[-1]["nodes"]
+    assert redis_client.xpending(Keys().telemetry, INGEST_GROUP)["pending"] == 0, "acknowledged once written"
+
+
+def test_entries_a_live_consumer_left_pending_for_long_are_reclaimed(redis_client, make_ingest, frames, monkeypatch):
     survivor = make_ingest(consumer="survivor")
     survivor.ensure_group()
+    xadd(redis_client, schema.encode(sample("orphan")))
+    redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry: ">"}, count=10)
+    monkeypatch.setattr("dashboard.live.ingest.RECLAIM_IDLE_MS", 0)
     assert survivor.reclaim() == 1
     survivor.emit(time.time())
     assert "orphan" in frames[-1]["nodes"]
-    assert redis_client.xpending(Keys().telemetry, INGEST_GROUP)["pending"] == 0
 
 
 def test_it_writes_the_snapshot_recent_points_known_nodes_and_heartbeat(redis_client, make_ingest):
@@ -157,13 +167,13 @@ def test_a_restarted_ingest_remembers_nodes_whose_key_expired(redis_client, make
     assert second.state.nodes["gone"].status == "down"
 
 
-def test_minute_rollups_are_written_in_bulk_with_min_mean_max(redis_client, make_ingest):
+def test_minute_rollups_are_written_with_min_mean_max(redis_client, make_ingest):
     ingest = make_ingest()
     minute = 1_700_000_040.0  # a minute boundary
     for second, util in ((0, 10), (20, 30), (40, 50)):
         ingest.apply(sample("n1", gpus=2, ts=minute + second, util=util))
     assert GpuRollup.objects.count() == 0
-    ingest.rollups.flush(now=minute + 200)
+    ingest.flush_rollups()
     rows = GpuRollup.objects.filter(node="n1").order_by("gpu")
     assert rows.count() == 2
     assert (rows[0].util_min, rows[0].util_mean, rows[0].util_max, rows[0].samples) == (10, 30, 50, 3)
@@ -355,18 +365,19 @@ def test_a_firing_alert_flags_its_gpu_in_the_next_frame_and_clears_with_it(redis
     assert not frames[-1]["nodes"]["n1"]["gpus"][1][-1] & FLAG_ALERT
 
 
-def test_a_big_minute_of_rollups_is_written_over_several_ticks(make_ingest, monkeypatch):
-    from dashboard.live.rollups import RollupAccumulator
-
-    monkeypatch.setattr(RollupAccumulator, "ROWS_PER_FLUSH", 3)
+def test_a_minute_written_in_parts_merges_into_one_row(make_ingest):
     ingest = make_ingest()
     minute = 1_700_000_040.0
-    for node in ("n1", "n2"):
-        ingest.apply(sample(node, gpus=4, ts=minute + 10))
-    written = [ingest.rollups.flush(now=minute + 200 + tick) for tick in range(4)]
-    assert written == [3, 3, 2, 0]
-    assert GpuRollup.objects.count() == 8
-    assert set(GpuRollup.objects.values_list("node", "gpu")) == {(n, g) for n in ("n1", "n2") for g in range(4)}
+    for second, util, power in ((0, 10, None), (20, 30, 300.0)):
+        ingest.apply(sample("n1", gpus=1, ts=minute + second, util=util, power=power))
+        ingest.flush_rollups()
+    ingest.apply(sample("n1", gpus=1, ts=minute + 40, util=50, power=100.0))
+    ingest.apply(sample("n1", gpus=1, ts=minute + 60, util=99))  # the next minute
+    assert ingest.flush_rollups() == 2
+    row = GpuRollup.objects.get(node="n1", minute__lt=dt.datetime.fromtimestamp(minute + 60, dt.timezone.utc))
+    assert (row.samples, row.util_min, row.util_mean, row.util_max, row.util_count) == (3, 10, 30, 50, 3)
+    assert (row.power_min, row.power_mean, row.power_max, row.power_count) == (100.0, 200.0, 300.0, 2)
+    assert GpuRollup.objects.count() == 2
 
 
 def test_rollups_skip_null_readings_and_lost_gpus_and_count_a_backlog_in_one_batch(make_ingest):
@@ -377,7 +388,7 @@ def test_rollups_skip_null_readings_and_lost_gpus_and_count_a_backlog_in_one_bat
         s["gpus"][1] = {"index": 1, "uuid": "GPU-1", "lost": True, **{m: None for m in schema.GPU_METRIC_NAMES}}
         ingest.apply(s)
     ingest.apply(sample("n2", gpus=1, ts=minute, power=None))
-    ingest.rollups.flush(now=minute + 200)
+    ingest.flush_rollups()
     rows = {(r.node, r.gpu): r for r in GpuRollup.objects.all()}
     assert set(rows) == {("n1", 0), ("n2", 0)}, "a lost GPU has no readings to roll up"
     n1 = rows[("n1", 0)]

@@ -3,22 +3,26 @@
 One consumer of a Redis consumer group on the telemetry stream. It reads in
 batches, keeps the newest sample per node in memory, and once per tick sends
 browsers one coalesced delta frame (never one message per sample), rewrites
-the snapshot frame new browsers start from, evaluates alert rules and writes
-minute rollups in bulk.
+the snapshot frame new browsers start from, evaluates alert rules and merges
+minute rollups into the database every few seconds.
+
+Entries are acknowledged only once the rollups they feed are durable, and a
+database error never stops ingest: dashboard/live/rollups.py documents how.
 """
 
 import gc
 import logging
-import os
 import socket
 import statistics
 import time
 from collections.abc import Callable
 
+import django.db
 import orjson
 import redis
 
 from dashboard.live.frames import FrameBuilder
+from dashboard.live.outage import DatabaseOutage
 from dashboard.live.probes import ProbeTracker
 from dashboard.live.rollups import RollupAccumulator
 from dashboard.live.state import ClusterState, NodeState
@@ -53,6 +57,8 @@ GC_THRESHOLDS = (50_000, 20, 100)
 # RECENT_POINTS minus as many, so it never holds more than RECENT_POINTS: at
 # 1,000 nodes an LTRIM per push was nearly half of each tick's Redis commands.
 RECENT_TRIM_EVERY = 10
+# XACK at most this many ids per command.
+ACK_BATCH = 10_000
 
 
 class Ingest:
@@ -67,6 +73,9 @@ class Ingest:
         summary: Callable[[], dict] | None = None,
         consumer: str | None = None,
         probe_low_fraction: float = 0.2,
+        flush_interval: float = 5.0,
+        max_rollup_rows: int = 500_000,
+        max_unacked: int = 200_000,
     ):
         self.redis = client
         self.publish = publish
@@ -75,10 +84,17 @@ class Ingest:
         self.clock = clock
         self.evaluator = evaluator
         self.summary = summary or dict
-        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        # Stable across restarts, so what a killed ingest left pending is its own to re-read.
+        self.consumer = consumer or socket.gethostname()
         self.state = ClusterState()
         self.frames = FrameBuilder()
-        self.rollups = RollupAccumulator()
+        self.rollups = RollupAccumulator(f"{self.keys.telemetry} {INGEST_GROUP}", max_rows=max_rollup_rows)
+        self.flush_interval = flush_interval
+        self.next_flush = 0.0
+        self.database = DatabaseOutage()
+        self.unacked: list[bytes] = []  # entries read whose rollups are not written yet
+        self.max_unacked = max_unacked
+        self.exposed = 0  # entries acknowledged before their rollups were written (bound reached)
         self.probes = ProbeTracker(client, self.keys, probe_low_fraction)
         self.sampled: set[str] = set()
         self.pushes: dict[str, int] = {}  # node -> recent points pushed, to trim every RECENT_TRIM_EVERY
@@ -101,6 +117,9 @@ class Ingest:
             if "BUSYGROUP" not in str(exc):
                 raise
         self.group_ready = True
+        # Before anything new: every entry left pending (by a killed ingest, or by this one
+        # before Redis went away), in id order, so the rollups' checkpoint stays exact.
+        self.reclaim(min_idle_ms=0)
 
     def load_known_nodes(self) -> None:
         """Start from what Redis remembers, so a restarted ingest still knows down nodes."""
@@ -141,14 +160,15 @@ class Ingest:
         self.handle(entries)
         return len(entries)
 
-    def reclaim(self) -> int:
+    def reclaim(self, min_idle_ms: int | None = None) -> int:
         """Take over entries a dead consumer read but never acknowledged."""
         claimed = 0
         start = "0-0"
         while True:
             # Redis 7 adds a third element (deleted ids); 6.2 answers two.
             start, entries = self.redis.xautoclaim(
-                self.keys.telemetry, INGEST_GROUP, self.consumer, RECLAIM_IDLE_MS, start_id=start, count=READ_BATCH
+                self.keys.telemetry, INGEST_GROUP, self.consumer,
+                RECLAIM_IDLE_MS if min_idle_ms is None else min_idle_ms, start_id=start, count=READ_BATCH,
             )[:2]
             if entries:
                 self.handle(entries)
@@ -169,12 +189,12 @@ class Ingest:
                 self.malformed += 1
                 log.warning("skipped malformed telemetry entry %s: %s", entry_id.decode(), exc)
                 continue
-            self.apply(sample)
-        self.redis.xack(self.keys.telemetry, INGEST_GROUP, *ids)
+            self.apply(sample, entry_id)
+        self.hold_acks(ids)
 
-    def apply(self, sample: dict) -> None:
+    def apply(self, sample: dict, entry_id: bytes | None = None) -> None:
         self.processed += 1
-        self.rollups.add(sample)
+        self.rollups.add(sample, entry_id)
         name = sample["node"]
         node = self.state.nodes.get(name)
         if node is None:
@@ -266,14 +286,62 @@ class Ingest:
                 pipe.ltrim(key, 0, RECENT_POINTS - RECENT_TRIM_EVERY - 1)
         pipe.set(self.keys.ingest_heartbeat, orjson.dumps(self.heartbeat(sent)), ex=60)
         pipe.execute()
-        if self.evaluator is not None:
-            self.evaluator.evaluate(self.state, now, probes=self.probes.busbw())
-        self.latest_summary = self.summary()
-        self.rollups.flush(now)
+        self.rollups.fold_queued()
+        if self.database.ready(now):
+            self.use_database(now)
         if self.sampled:
             self.last_data_frame = now
         self.sampled.clear()
         self.last_frame = now
+
+    def use_database(self, now: float) -> None:
+        """Evaluate alerts, query the summary and, every flush_interval, write rollups; ride out errors."""
+        try:
+            if self.evaluator is not None:
+                self.evaluator.evaluate(self.state, now, probes=self.probes.busbw())
+            self.latest_summary = self.summary()
+            if now >= self.next_flush:
+                self.flush_rollups()
+                self.next_flush = now + self.flush_interval
+        except django.db.Error as exc:
+            self.database.failed(exc, now)
+        else:
+            self.database.recovered(now)
+
+    # -- acknowledgement ------------------------------------------------------
+
+    def hold_acks(self, ids: list[bytes]) -> None:
+        """Keep entry ids until the rollups they feed are written (flush_rollups acknowledges them)."""
+        self.unacked += ids
+        excess = len(self.unacked) - self.max_unacked
+        if excess > 0:
+            # Bounded memory and a bounded pending list in Redis during a long database
+            # outage: the oldest are acknowledged now, their rollups only in memory. A
+            # crash before the next write would lose them; counted as exposed.
+            self.exposed += excess
+            self.ack(self.unacked[:excess])
+            del self.unacked[:excess]
+
+    def ack(self, ids: list[bytes]) -> None:
+        for start in range(0, len(ids), ACK_BATCH):
+            self.redis.xack(self.keys.telemetry, INGEST_GROUP, *ids[start:start + ACK_BATCH])
+
+    def flush_rollups(self) -> int:
+        """Write the rollups of every entry read so far, then acknowledge those entries; return rows."""
+        written = self.rollups.write()
+        ids, self.unacked = self.unacked, []
+        # Should this XACK not reach Redis, the entries stay pending: re-read after
+        # the reconnection, they are skipped by the rollups' checkpoint.
+        self.ack(ids)
+        return written
+
+    def finish(self) -> None:
+        """Write and acknowledge what was read, before exit (SIGTERM, Ctrl-C)."""
+        try:
+            self.flush_rollups()
+        except (django.db.Error, redis.ConnectionError, redis.TimeoutError) as exc:
+            # Nothing is lost: what was not acknowledged stays pending for the next ingest.
+            log.error("final rollup write or acknowledgement failed (%s)", exc)
 
     def heartbeat(self, now: float) -> dict:
         down = sum(1 for node in self.state.nodes.values() if node.status == DOWN)
@@ -285,6 +353,13 @@ class Ingest:
             "malformed": self.malformed,
             "nodes": len(self.state.nodes),
             "nodes_down": down,
+            "database": self.database.describe(),
+            "rollups": {
+                "unacked": len(self.unacked),
+                "pending_rows": self.rollups.pending_rows(),
+                "lost_samples": self.rollups.lost_samples,
+                "exposed_entries": self.exposed,
+            },
         }
 
     # -- the loop ---------------------------------------------------------------
@@ -313,3 +388,6 @@ class Ingest:
                 self.group_ready = False
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+            except django.db.Error as exc:  # use_database() catches its own; anything else, the same way
+                self.database.failed(exc, time.time())
+                time.sleep(self.database.backoff)

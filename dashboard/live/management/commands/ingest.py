@@ -18,7 +18,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--tick", type=float, default=settings.GPULSE_TICK, help="seconds between frames")
-        parser.add_argument("--consumer", help="consumer name in the group (default host-pid)")
+        parser.add_argument(
+            "--consumer",
+            help="consumer name in the group (default: the host name; keep it stable across restarts)",
+        )
 
     def handle(self, tick, consumer, **options):
         stopping = []
@@ -33,10 +36,14 @@ class Command(BaseCommand):
             summary=cluster_summary,
             consumer=consumer,
             probe_low_fraction=settings.GPULSE_PROBE_LOW_FRACTION,
+            flush_interval=settings.GPULSE_ROLLUP_FLUSH_INTERVAL,
+            max_rollup_rows=settings.GPULSE_ROLLUP_MAX_ROWS,
+            max_unacked=settings.GPULSE_INGEST_MAX_UNACKED,
         )
         log.info("ingest %s reading %s every %.1f s", ingest.consumer, ingest.keys.telemetry, tick)
         try:
             ingest.run(lambda: bool(stopping))
+            ingest.finish()  # a deploy's SIGTERM: what was read is written and acknowledged
         finally:
             publisher.close()
         log.info("ingest stopped after %d samples (%d malformed)", ingest.processed, ingest.malformed)
