@@ -63,6 +63,8 @@ TEMPLATES = [
     },
 ]
 
+# Seconds a SQLite writer waits for another's lock before failing ("database is locked").
+GPULSE_SQLITE_BUSY_TIMEOUT = env_float("GPULSE_SQLITE_BUSY_TIMEOUT", 20.0, minimum=0)
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
@@ -73,7 +75,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Ingest, web and the control worker write concurrently: WAL and a busy
     # timeout keep SQLite from answering "database is locked".
     DATABASES["default"]["OPTIONS"] = {
-        "timeout": 20,
+        "timeout": GPULSE_SQLITE_BUSY_TIMEOUT,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         "transaction_mode": "IMMEDIATE",
     }

@@ -374,7 +374,7 @@ def test_a_minute_written_in_parts_merges_into_one_row(make_ingest):
     ingest.apply(sample("n1", gpus=1, ts=minute + 40, util=50, power=100.0))
     ingest.apply(sample("n1", gpus=1, ts=minute + 60, util=99))  # the next minute
     assert ingest.flush_rollups() == 2
-    row = GpuRollup.objects.get(node="n1", minute__lt=dt.datetime.fromtimestamp(minute + 60, dt.timezone.utc))
+    row = GpuRollup.objects.get(node="n1", minute__lt=dt.datetime.fromtimestamp(minute + 60, dt.UTC))
     assert (row.samples, row.util_min, row.util_mean, row.util_max, row.util_count) == (3, 10, 30, 50, 3)
     assert (row.power_min, row.power_mean, row.power_max, row.power_count) == (100.0, 200.0, 300.0, 2)
     assert GpuRollup.objects.count() == 2

@@ -104,7 +104,7 @@ class MinuteRollup:
     def rows(self, minute: int) -> Iterator[tuple]:
         """Yield one row per GPU in rollup_store.COLUMNS order."""
         self.fold()
-        start = dt.datetime.fromtimestamp(minute, dt.timezone.utc)
+        start = dt.datetime.fromtimestamp(minute, dt.UTC)
         mean = np.divide(self.total, self.count, out=np.zeros_like(self.total), where=self.count > 0)
         present = (self.count > 0).tolist()
         low, mean, high = self.low.tolist(), mean.tolist(), self.high.tolist()
@@ -175,7 +175,7 @@ class RollupAccumulator:
             self.lost_samples += lost
             log.error(
                 "rollups: dropped the unwritten minute %s (%d GPU samples): more than %d rows wait for the database",
-                dt.datetime.fromtimestamp(oldest, dt.timezone.utc).isoformat(), lost, self.max_rows,
+                dt.datetime.fromtimestamp(oldest, dt.UTC).isoformat(), lost, self.max_rows,
             )
 
     def _bound_queue(self) -> None:
