@@ -49,19 +49,46 @@ def merge_rollups(rows: Sequence[tuple]) -> None:
     adapt = connection.ops.adapt_datetimefield_value  # as the ORM stores it: SQLite keeps naive UTC text
     q = connection.ops.quote_name
     table = q(GpuRollup._meta.db_table)
-    per_row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
-    limit = connection.features.max_query_params
-    batch = max(1, limit // len(COLUMNS)) if limit else 1000
-    batch = min(batch, 1000)
-    head = f"INSERT INTO {table} ({', '.join(map(q, COLUMNS))}) VALUES "
+    head = f"INSERT INTO {table} ({', '.join(map(q, COLUMNS))}) "
     tail = f" ON CONFLICT ({q('node')}, {q('gpu')}, {q('minute')}) DO UPDATE SET " + _merge_assignments(
         table, connection.vendor
     )
+    rows = [(*row[:2], adapt(row[2]), *row[3:]) for row in rows]
+    if connection.vendor == "postgresql":
+        _merge_by_copy(rows, head, tail)
+        return
     with connection.cursor() as cursor:
+        limit = connection.features.max_query_params or 999
+        batch = max(1, min(1000, limit // len(COLUMNS)))
+        per_row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
         for start in range(0, len(rows), batch):
             part = rows[start:start + batch]
-            params = [value for row in part for value in (*row[:2], adapt(row[2]), *row[3:])]
-            cursor.execute(head + ", ".join([per_row] * len(part)) + tail, params)
+            cursor.execute(head + "VALUES " + ", ".join([per_row] * len(part)) + tail,
+                           [value for row in part for value in row])
+
+
+PART_TABLE = "gpulse_rollup_part"
+
+
+def _merge_by_copy(rows: list[tuple], head: str, tail: str) -> None:
+    """PostgreSQL: COPY the rows into a session's temporary table, then merge them in one statement.
+
+    Binding 8,000 rows x 24 values as parameters (VALUES lists or unnest arrays)
+    spent over a second in Python; COPY formats rows in psycopg's C code.
+    """
+    q = connection.ops.quote_name
+    table = q(GpuRollup._meta.db_table)
+    columns = ", ".join(map(q, COLUMNS))
+    with connection.cursor() as cursor:
+        # The table lasts as long as the connection (made again after a reconnection);
+        # its rows, only until merged, even where no commit follows (a test's transaction).
+        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {PART_TABLE} "
+                       f"AS SELECT {columns} FROM {table} WITH NO DATA")
+        with cursor.cursor.copy(f"COPY {PART_TABLE} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(head + f"SELECT {columns} FROM {PART_TABLE}" + tail)
+        cursor.execute(f"TRUNCATE {PART_TABLE}")
 
 
 def load_checkpoint(stream: str) -> tuple[int, int]:
