@@ -142,6 +142,20 @@ def test_entries_a_live_consumer_left_pending_for_long_are_reclaimed(redis_clien
     assert "orphan" in frames[-1]["nodes"]
 
 
+def test_entries_held_until_the_next_rollup_write_are_not_reclaimed_by_their_own_ingest(
+    redis_client, make_ingest, monkeypatch
+):
+    ingest = make_ingest()
+    xadd(redis_client, schema.encode(sample("n1")))
+    ingest.read(block_ms=10)  # held, unacknowledged, until the next write (the database may be away)
+    monkeypatch.setattr("dashboard.live.ingest.RECLAIM_IDLE_MS", 0)
+    assert ingest.reclaim() == 0
+    assert ingest.processed == 1 and len(ingest.unacked) == 1
+    ingest.flush_rollups()
+    assert GpuRollup.objects.get(node="n1", gpu=0).samples == 1
+    assert redis_client.xpending(Keys().telemetry, INGEST_GROUP)["pending"] == 0
+
+
 def test_it_writes_the_snapshot_recent_points_known_nodes_and_heartbeat(redis_client, make_ingest):
     ingest = make_ingest()
     xadd(redis_client, schema.encode(sample("n1")))

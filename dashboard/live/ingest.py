@@ -162,6 +162,9 @@ class Ingest:
 
     def reclaim(self, min_idle_ms: int | None = None) -> int:
         """Take over entries a dead consumer read but never acknowledged."""
+        # Entries this ingest holds until its next rollup write (longer while the database
+        # is away) are claimed too, as idle ones: they are not taken in a second time.
+        held = set(self.unacked)
         claimed = 0
         start = "0-0"
         while True:
@@ -170,6 +173,7 @@ class Ingest:
                 self.keys.telemetry, INGEST_GROUP, self.consumer,
                 RECLAIM_IDLE_MS if min_idle_ms is None else min_idle_ms, start_id=start, count=READ_BATCH,
             )[:2]
+            entries = [entry for entry in entries if entry[0] not in held]
             if entries:
                 self.handle(entries)
                 claimed += len(entries)
