@@ -71,6 +71,8 @@ TEMPLATES = [
     },
 ]
 
+# Seconds a SQLite writer waits for another's lock before failing ("database is locked").
+GPULSE_SQLITE_BUSY_TIMEOUT = env_float("GPULSE_SQLITE_BUSY_TIMEOUT", 20.0, minimum=0)
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
@@ -81,7 +83,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Ingest, web and the control worker write concurrently: WAL and a busy
     # timeout keep SQLite from answering "database is locked".
     DATABASES["default"]["OPTIONS"] = {
-        "timeout": 20,
+        "timeout": GPULSE_SQLITE_BUSY_TIMEOUT,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         "transaction_mode": "IMMEDIATE",
     }
@@ -176,6 +178,15 @@ CHANNEL_LAYERS = {
 GPULSE_TICK = env_float("GPULSE_TICK", 1.0)
 # Seconds of ingest lag past which /healthz reports ingest as failing.
 GPULSE_INGEST_MAX_LAG = env_float("GPULSE_INGEST_MAX_LAG", 10.0)
+# Ingest merges the minute rollups it gathered into the database this often (seconds),
+# and acknowledges stream entries only then (dashboard/live/rollups.py).
+GPULSE_ROLLUP_FLUSH_INTERVAL = env_float("GPULSE_ROLLUP_FLUSH_INTERVAL", 5.0, minimum=0.1)
+# During a database outage: at most this many (node, gpu, minute) rollup rows wait in
+# memory (oldest minute dropped and counted past it; 8,000 GPUs x 60 minutes) ...
+GPULSE_ROLLUP_MAX_ROWS = env_int("GPULSE_ROLLUP_MAX_ROWS", 500_000, minimum=1)
+# ... and at most this many stream entries wait unacknowledged (past it, the oldest are
+# acknowledged before their rollups are written, and counted).
+GPULSE_INGEST_MAX_UNACKED = env_int("GPULSE_INGEST_MAX_UNACKED", 200_000, minimum=1)
 
 # A node whose newest bandwidth probe is this fraction below its own median is flagged.
 GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)

@@ -1,3 +1,4 @@
+import datetime as dt
 import itertools
 import time
 
@@ -139,12 +140,35 @@ def test_entries_left_pending_by_a_dead_consumer_are_reclaimed(redis_client, mak
     dead.ensure_group()
     # The dead consumer read the entry and died before acknowledging it.
     redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry: ">"}, count=10)
-    monkeypatch.setattr("dashboard.live.ingest.RECLAIM_IDLE_MS", 0)
+    survivor = make_ingest(consumer="survivor")
+    assert survivor.read(block_ms=10) == 0  # taken over when it starts, before anything new
+    survivor.emit(time.time())
+    assert "orphan" in frames[-1]["nodes"]
+    assert redis_client.xpending(Keys().telemetry, INGEST_GROUP)["pending"] == 0, "acknowledged once written"
+
+
+def test_entries_a_live_consumer_left_pending_for_long_are_reclaimed(redis_client, make_ingest, frames, monkeypatch):
     survivor = make_ingest(consumer="survivor")
     survivor.ensure_group()
+    xadd(redis_client, schema.encode(sample("orphan")))
+    redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry: ">"}, count=10)
+    monkeypatch.setattr("dashboard.live.ingest.RECLAIM_IDLE_MS", 0)
     assert survivor.reclaim() == 1
     survivor.emit(time.time())
     assert "orphan" in frames[-1]["nodes"]
+
+
+def test_entries_held_until_the_next_rollup_write_are_not_reclaimed_by_their_own_ingest(
+    redis_client, make_ingest, monkeypatch
+):
+    ingest = make_ingest()
+    xadd(redis_client, schema.encode(sample("n1")))
+    ingest.read(block_ms=10)  # held, unacknowledged, until the next write (the database may be away)
+    monkeypatch.setattr("dashboard.live.ingest.RECLAIM_IDLE_MS", 0)
+    assert ingest.reclaim() == 0
+    assert ingest.processed == 1 and len(ingest.unacked) == 1
+    ingest.flush_rollups()
+    assert GpuRollup.objects.get(node="n1", gpu=0).samples == 1
     assert redis_client.xpending(Keys().telemetry, INGEST_GROUP)["pending"] == 0
 
 
@@ -173,13 +197,13 @@ def test_a_restarted_ingest_remembers_nodes_whose_key_expired(redis_client, make
     assert second.state.nodes["gone"].status == "down"
 
 
-def test_minute_rollups_are_written_in_bulk_with_min_mean_max(redis_client, make_ingest):
+def test_minute_rollups_are_written_with_min_mean_max(redis_client, make_ingest):
     ingest = make_ingest()
     minute = 1_700_000_040.0  # a minute boundary
     for second, util in ((0, 10), (20, 30), (40, 50)):
         apply(ingest, sample("n1", gpus=2, ts=minute + second, util=util))
     assert GpuRollup.objects.count() == 0
-    ingest.rollups.flush(now=minute + 200)
+    ingest.flush_rollups()
     rows = GpuRollup.objects.filter(node="n1").order_by("gpu")
     assert rows.count() == 2
     assert (rows[0].util_min, rows[0].util_mean, rows[0].util_max, rows[0].samples) == (10, 30, 50, 3)
@@ -371,29 +395,31 @@ def test_a_firing_alert_flags_its_gpu_in_the_next_frame_and_clears_with_it(redis
     assert not frames[-1]["nodes"]["n1"]["gpus"][1][-1] & FLAG_ALERT
 
 
-def test_a_big_minute_of_rollups_is_written_over_several_ticks(make_ingest, monkeypatch):
-    from dashboard.live.rollups import RollupAccumulator
-
-    monkeypatch.setattr(RollupAccumulator, "ROWS_PER_FLUSH", 3)
+def test_a_minute_written_in_parts_merges_into_one_row(make_ingest):
     ingest = make_ingest()
     minute = 1_700_000_040.0
-    for node in ("n1", "n2"):
-        apply(ingest, sample(node, gpus=4, ts=minute + 10))
-    written = [ingest.rollups.flush(now=minute + 200 + tick) for tick in range(4)]
-    assert written == [3, 3, 2, 0]
-    assert GpuRollup.objects.count() == 8
-    assert set(GpuRollup.objects.values_list("node", "gpu")) == {(n, g) for n in ("n1", "n2") for g in range(4)}
+    for second, util, power in ((0, 10, None), (20, 30, 300.0)):
+        apply(ingest, sample("n1", gpus=1, ts=minute + second, util=util, power=power))
+        ingest.flush_rollups()
+    apply(ingest, sample("n1", gpus=1, ts=minute + 40, util=50, power=100.0))
+    apply(ingest, sample("n1", gpus=1, ts=minute + 60, util=99))  # the next minute
+    assert ingest.flush_rollups() == 2
+    row = GpuRollup.objects.get(node="n1", minute__lt=dt.datetime.fromtimestamp(minute + 60, dt.UTC))
+    assert (row.samples, row.util_min, row.util_mean, row.util_max, row.util_count) == (3, 10, 30, 50, 3)
+    assert (row.power_min, row.power_mean, row.power_max, row.power_count) == (100.0, 200.0, 300.0, 2)
+    assert GpuRollup.objects.count() == 2
 
 
 def test_rollups_skip_null_readings_and_lost_gpus_and_count_a_backlog_in_one_batch(make_ingest):
     ingest = make_ingest()
     minute = 1_700_000_040.0
+    # In stream order: rollups take each entry once, by its id.
+    apply(ingest, sample("n2", gpus=1, ts=minute, power=None))
     for second, power in ((0, 300.0), (1, None), (2, 500.0)):  # applied together, as a flushed backlog is
         s = sample("n1", gpus=2, ts=minute + second, power=power)
         s["gpus"][1] = {"index": 1, "uuid": "GPU-1", "lost": True, **{m: None for m in schema.GPU_METRIC_NAMES}}
         apply(ingest, s)
-    apply(ingest, sample("n2", gpus=1, ts=minute, power=None))
-    ingest.rollups.flush(now=minute + 200)
+    ingest.flush_rollups()
     rows = {(r.node, r.gpu): r for r in GpuRollup.objects.all()}
     assert set(rows) == {("n1", 0), ("n2", 0)}, "a lost GPU has no readings to roll up"
     n1 = rows[("n1", 0)]

@@ -54,6 +54,9 @@ def check_ingest(beat: dict | None) -> tuple[bool, str]:
     limit = settings.GPULSE_INGEST_MAX_LAG
     if age > limit:
         return False, f"stalled: last tick {age:.0f} s ago"
+    outage = beat.get("database")
+    if outage:
+        return False, f"database unreachable for {time.time() - outage['since']:.0f} s: {outage['error']}"
     lag = beat.get("lag_max")
     if lag is not None and lag > limit:
         return False, f"lagging: samples waited {lag:.1f} s on the stream before their frame"

@@ -3,23 +3,27 @@
 One consumer of a Redis consumer group on the telemetry stream. It reads in
 batches, keeps the newest sample per node in memory, and once per tick sends
 browsers one coalesced delta frame (never one message per sample), rewrites
-the snapshot frame new browsers start from, evaluates alert rules and writes
-minute rollups in bulk.
+the snapshot frame new browsers start from, evaluates alert rules and merges
+minute rollups into the database every few seconds.
+
+Entries are acknowledged only once the rollups they feed are durable, and a
+database error never stops ingest: dashboard/live/rollups.py documents how.
 """
 
 import gc
 import logging
-import os
 import socket
 import statistics
 import time
 from collections.abc import Callable
 
+import django.db
 import orjson
 import redis
 
 from dashboard.live.frames import FrameBuilder
 from dashboard.live.identity import DUPLICATE, NEW, RESTART, CollectorIdentity
+from dashboard.live.outage import DatabaseOutage
 from dashboard.live.probes import ProbeTracker
 from dashboard.live.rollups import RollupAccumulator
 from dashboard.live.state import ClusterState, NodeState
@@ -59,6 +63,8 @@ RECENT_TRIM_EVERY = 10
 PRUNE_EVERY = 60.0
 DEFAULT_FORGET_NODES_AFTER = 7 * 86400.0
 DEFAULT_FORGET_CONSUMERS_AFTER = 3600.0
+# XACK at most this many ids per command.
+ACK_BATCH = 10_000
 
 
 def arrival_time(entry_id: bytes) -> float:
@@ -81,6 +87,9 @@ class Ingest:
         max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW,
         forget_nodes_after: float = DEFAULT_FORGET_NODES_AFTER,
         forget_consumers_after: float = DEFAULT_FORGET_CONSUMERS_AFTER,
+        flush_interval: float = 5.0,
+        max_rollup_rows: int = 500_000,
+        max_unacked: int = 200_000,
     ):
         self.redis = client
         self.publish = publish
@@ -89,12 +98,19 @@ class Ingest:
         self.clock = clock
         self.evaluator = evaluator
         self.summary = summary or dict
-        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        # Stable across restarts, so what a killed ingest left pending is its own to re-read.
+        self.consumer = consumer or socket.gethostname()
         self.state = ClusterState(max_skew=max_clock_skew)
         self.forget_nodes_after = forget_nodes_after
         self.forget_consumers_after = forget_consumers_after
         self.frames = FrameBuilder()
-        self.rollups = RollupAccumulator()
+        self.rollups = RollupAccumulator(f"{self.keys.telemetry} {INGEST_GROUP}", max_rows=max_rollup_rows)
+        self.flush_interval = flush_interval
+        self.next_flush = 0.0
+        self.database = DatabaseOutage()
+        self.unacked: list[bytes] = []  # entries read whose rollups are not written yet
+        self.max_unacked = max_unacked
+        self.exposed = 0  # entries acknowledged before their rollups were written (bound reached)
         self.probes = ProbeTracker(client, self.keys, probe_low_fraction)
         self.sampled: set[str] = set()
         self.pushes: dict[str, int] = {}  # node -> recent points pushed, to trim every RECENT_TRIM_EVERY
@@ -127,6 +143,9 @@ class Ingest:
         if self.connected_before:
             self.state.hold(self.clock())
         self.connected_before = self.group_ready = True
+        # Before anything new: every entry left pending (by a killed ingest, or by this one
+        # before Redis went away), in id order, so the rollups' checkpoint stays exact.
+        self.reclaim(min_idle_ms=0)
 
     def load_known_nodes(self) -> None:
         """Start from what Redis remembers, so a restarted ingest still knows down nodes."""
@@ -180,15 +199,20 @@ class Ingest:
             self.state.catching_up = False
         return len(entries)
 
-    def reclaim(self) -> int:
+    def reclaim(self, min_idle_ms: int | None = None) -> int:
         """Take over entries a dead consumer read but never acknowledged."""
+        # Entries this ingest holds until its next rollup write (longer while the database
+        # is away) are claimed too, as idle ones: they are not taken in a second time.
+        held = set(self.unacked)
         claimed = 0
         start = "0-0"
         while True:
             # Redis 7 adds a third element (deleted ids); 6.2 answers two.
             start, entries = self.redis.xautoclaim(
-                self.keys.telemetry, INGEST_GROUP, self.consumer, RECLAIM_IDLE_MS, start_id=start, count=READ_BATCH
+                self.keys.telemetry, INGEST_GROUP, self.consumer,
+                RECLAIM_IDLE_MS if min_idle_ms is None else min_idle_ms, start_id=start, count=READ_BATCH,
             )[:2]
+            entries = [entry for entry in entries if entry[0] not in held]
             if entries:
                 self.handle(entries)
                 claimed += len(entries)
@@ -198,8 +222,8 @@ class Ingest:
     def handle(self, entries: list) -> None:
         """Apply each entry on its own; a rejected one is logged (rate-limited), counted and skipped.
 
-        Every entry is acknowledged, whatever happened to the others: an entry
-        left pending would be reclaimed and fail again, forever.
+        Every entry is acknowledged with the next rollup write, whatever happened
+        to the others: an entry left pending would be reclaimed and fail again, forever.
         """
         try:
             for entry_id, fields in entries:
@@ -216,7 +240,7 @@ class Ingest:
                 except Exception as exc:  # a valid sample ingest cannot take is a bug: log it, keep going
                     self.reject(entry_id, exc, exc_info=True)
         finally:
-            self.redis.xack(self.keys.telemetry, INGEST_GROUP, *(entry_id for entry_id, _ in entries))
+            self.hold_acks([entry_id for entry_id, _ in entries])
 
     def reject(self, entry_id: bytes, reason: Exception, exc_info: bool = False) -> None:
         self.rejected += 1
@@ -241,7 +265,7 @@ class Ingest:
         self.processed += 1
         placed, skew = place(sample["ts"], arrived - held, self.state.max_skew)
         # A node whose clock is off has its minutes by when its samples were taken, not by its clock.
-        self.rollups.add(sample if skew is None else {**sample, "ts": placed})
+        self.rollups.add(sample if skew is None else {**sample, "ts": placed}, entry_id)
         if node is None:
             node = self.state.nodes[name] = NodeState(name, sample, arrived, placed, skew, identity=identity)
         else:
@@ -371,20 +395,70 @@ class Ingest:
                 pipe.ltrim(key, 0, RECENT_POINTS - RECENT_TRIM_EVERY - 1)
         pipe.set(self.keys.ingest_heartbeat, orjson.dumps(self.heartbeat(sent)), ex=60)
         pipe.execute()
-        if self.evaluator is not None:
-            self.evaluator.evaluate(self.state, now, probes=self.probes.busbw())
-        # The database stages must not stop the frames: a failure is logged,
-        # counted and retried next tick (rollups keep the rows they could not write).
-        try:
-            self.latest_summary = self.summary()
-            self.rollups.flush(now)
-        except Exception:
-            self.stage_failures += 1
-            self.stage_errors.log(logging.ERROR, "tick's database work failed; retrying next tick", exc_info=True)
+        self.rollups.fold_queued()
+        if self.database.ready(now):
+            self.use_database(now)
         if self.sampled:
             self.last_data_frame = now
         self.sampled.clear()
         self.last_frame = now
+
+    def use_database(self, now: float) -> None:
+        """Evaluate alerts, query the summary and, every flush_interval, write rollups.
+
+        The database stages must not stop the frames: a database error is an
+        outage (retried with backoff, rows kept in memory); any other failure is
+        logged, counted and retried next tick.
+        """
+        try:
+            if self.evaluator is not None:
+                self.evaluator.evaluate(self.state, now, probes=self.probes.busbw())
+            self.latest_summary = self.summary()
+            if now >= self.next_flush:
+                self.flush_rollups()
+                self.next_flush = now + self.flush_interval
+        except django.db.Error as exc:
+            self.database.failed(exc, now)
+        except Exception:
+            self.stage_failures += 1
+            self.stage_errors.log(logging.ERROR, "tick's database work failed; retrying next tick", exc_info=True)
+        else:
+            self.database.recovered(now)
+
+    # -- acknowledgement ------------------------------------------------------
+
+    def hold_acks(self, ids: list[bytes]) -> None:
+        """Keep entry ids until the rollups they feed are written (flush_rollups acknowledges them)."""
+        self.unacked += ids
+        excess = len(self.unacked) - self.max_unacked
+        if excess > 0:
+            # Bounded memory and a bounded pending list in Redis during a long database
+            # outage: the oldest are acknowledged now, their rollups only in memory. A
+            # crash before the next write would lose them; counted as exposed.
+            self.exposed += excess
+            self.ack(self.unacked[:excess])
+            del self.unacked[:excess]
+
+    def ack(self, ids: list[bytes]) -> None:
+        for start in range(0, len(ids), ACK_BATCH):
+            self.redis.xack(self.keys.telemetry, INGEST_GROUP, *ids[start:start + ACK_BATCH])
+
+    def flush_rollups(self) -> int:
+        """Write the rollups of every entry read so far, then acknowledge those entries; return rows."""
+        written = self.rollups.write()
+        ids, self.unacked = self.unacked, []
+        # Should this XACK not reach Redis, the entries stay pending: re-read after
+        # the reconnection, they are skipped by the rollups' checkpoint.
+        self.ack(ids)
+        return written
+
+    def finish(self) -> None:
+        """Write and acknowledge what was read, before exit (SIGTERM, Ctrl-C)."""
+        try:
+            self.flush_rollups()
+        except (django.db.Error, redis.ConnectionError, redis.TimeoutError) as exc:
+            # Nothing is lost: what was not acknowledged stays pending for the next ingest.
+            log.error("final rollup write or acknowledgement failed (%s)", exc)
 
     def heartbeat(self, now: float) -> dict:
         down = sum(1 for node in self.state.nodes.values() if node.status == DOWN)
@@ -403,6 +477,13 @@ class Ingest:
             "nodes": len(self.state.nodes),
             "nodes_down": down,
             "nodes_clock_skew": sum(1 for node in self.state.nodes.values() if node.skew is not None),
+            "database": self.database.describe(),
+            "rollups": {
+                "unacked": len(self.unacked),
+                "pending_rows": self.rollups.pending_rows(),
+                "lost_samples": self.rollups.lost_samples,
+                "exposed_entries": self.exposed,
+            },
         }
 
     # -- the loop ---------------------------------------------------------------
@@ -431,3 +512,6 @@ class Ingest:
                 self.group_ready = False
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+            except django.db.Error as exc:  # use_database() catches its own; anything else, the same way
+                self.database.failed(exc, time.time())
+                time.sleep(self.database.backoff)

@@ -17,7 +17,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--tick", type=float, default=settings.GPULSE_TICK, help="seconds between frames")
-        parser.add_argument("--consumer", help="consumer name in the group (default host-pid)")
+        parser.add_argument(
+            "--consumer",
+            help="consumer name in the group (default: the host name; keep it stable across restarts)",
+        )
 
     def handle(self, tick, consumer, **options):
         stopping = []
@@ -36,10 +39,14 @@ class Command(BaseCommand):
             max_clock_skew=settings.GPULSE_MAX_CLOCK_SKEW,
             forget_nodes_after=settings.GPULSE_NODE_FORGET_AFTER,
             forget_consumers_after=settings.GPULSE_INGEST_CONSUMER_FORGET_AFTER,
+            flush_interval=settings.GPULSE_ROLLUP_FLUSH_INTERVAL,
+            max_rollup_rows=settings.GPULSE_ROLLUP_MAX_ROWS,
+            max_unacked=settings.GPULSE_INGEST_MAX_UNACKED,
         )
         log.info("ingest %s reading %s every %.1f s", ingest.consumer, ingest.keys.telemetry, tick)
         try:
             ingest.run(lambda: bool(stopping))
+            ingest.finish()  # a deploy's SIGTERM: what was read is written and acknowledged
         finally:
             publisher.close()
         log.info("ingest stopped after %d samples (%d entries rejected)", ingest.processed, ingest.rejected)

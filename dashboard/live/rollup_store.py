@@ -1,0 +1,101 @@
+"""The database side of rollups: merge partial minutes by upsert, keep the stream checkpoint.
+
+A partial minute is merged into its row with one INSERT ... ON CONFLICT DO
+UPDATE that adds samples, sums and counts and keeps the lower minimum and the
+higher maximum, so the same minute may arrive in any number of parts. Django's
+bulk_create(update_conflicts=True) can only overwrite a column, not add to it.
+SQLite (3.24+) and PostgreSQL both take this statement; they differ only in
+the two-argument minimum (MIN/MAX in SQLite, LEAST/GREATEST in PostgreSQL).
+"""
+
+from collections.abc import Sequence
+
+from django.db import connection
+
+from dashboard.live.models import ROLLUP_METRICS, GpuRollup, RollupCheckpoint
+
+STATS = ("min", "mean", "max", "sum", "count")
+COLUMNS = ("node", "gpu", "minute", "samples", *(f"{m}_{s}" for m in ROLLUP_METRICS for s in STATS))
+
+
+def _merge_assignments(table: str, vendor: str) -> str:
+    lower, higher = ("LEAST", "GREATEST") if vendor == "postgresql" else ("MIN", "MAX")
+    q = connection.ops.quote_name
+
+    def old(column: str) -> str:
+        return f"{table}.{q(column)}"
+
+    def new(column: str) -> str:
+        return f"excluded.{q(column)}"
+
+    sets = [f"{q('samples')} = {old('samples')} + {new('samples')}"]
+    for metric in ROLLUP_METRICS:
+        low, high, total, count, mean = (f"{metric}_{s}" for s in ("min", "max", "sum", "count", "mean"))
+        # Either side may be NULL (no reading in that part); MIN(x, NULL) is NULL in SQLite.
+        sets.append(f"{q(low)} = COALESCE({lower}({old(low)}, {new(low)}), {old(low)}, {new(low)})")
+        sets.append(f"{q(high)} = COALESCE({higher}({old(high)}, {new(high)}), {old(high)}, {new(high)})")
+        sets.append(f"{q(total)} = {old(total)} + {new(total)}")
+        sets.append(f"{q(count)} = {old(count)} + {new(count)}")
+        both = f"({old(count)} + {new(count)})"
+        sets.append(f"{q(mean)} = CASE WHEN {both} > 0 THEN ({old(total)} + {new(total)}) / {both} END")
+    return ", ".join(sets)
+
+
+def merge_rollups(rows: Sequence[tuple]) -> None:
+    """Merge rows (values in COLUMNS order, the minute an aware datetime) into GpuRollup;
+    call inside a transaction."""
+    if not rows:
+        return
+    adapt = connection.ops.adapt_datetimefield_value  # as the ORM stores it: SQLite keeps naive UTC text
+    q = connection.ops.quote_name
+    table = q(GpuRollup._meta.db_table)
+    head = f"INSERT INTO {table} ({', '.join(map(q, COLUMNS))}) "
+    tail = f" ON CONFLICT ({q('node')}, {q('gpu')}, {q('minute')}) DO UPDATE SET " + _merge_assignments(
+        table, connection.vendor
+    )
+    rows = [(*row[:2], adapt(row[2]), *row[3:]) for row in rows]
+    if connection.vendor == "postgresql":
+        _merge_by_copy(rows, head, tail)
+        return
+    with connection.cursor() as cursor:
+        limit = connection.features.max_query_params or 999
+        batch = max(1, min(1000, limit // len(COLUMNS)))
+        per_row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
+        for start in range(0, len(rows), batch):
+            part = rows[start:start + batch]
+            cursor.execute(head + "VALUES " + ", ".join([per_row] * len(part)) + tail,
+                           [value for row in part for value in row])
+
+
+PART_TABLE = "gpulse_rollup_part"
+
+
+def _merge_by_copy(rows: list[tuple], head: str, tail: str) -> None:
+    """PostgreSQL: COPY the rows into a session's temporary table, then merge them in one statement.
+
+    Binding 8,000 rows x 24 values as parameters (VALUES lists or unnest arrays)
+    spent over a second in Python; COPY formats rows in psycopg's C code.
+    """
+    q = connection.ops.quote_name
+    table = q(GpuRollup._meta.db_table)
+    columns = ", ".join(map(q, COLUMNS))
+    with connection.cursor() as cursor:
+        # The table lasts as long as the connection (made again after a reconnection);
+        # its rows, only until merged, even where no commit follows (a test's transaction).
+        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {PART_TABLE} "
+                       f"AS SELECT {columns} FROM {table} WITH NO DATA")
+        with cursor.cursor.copy(f"COPY {PART_TABLE} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(head + f"SELECT {columns} FROM {PART_TABLE}" + tail)
+        cursor.execute(f"TRUNCATE {PART_TABLE}")
+
+
+def load_checkpoint(stream: str) -> tuple[int, int]:
+    """The newest entry id (ms, seq) already folded into the rollups; (0, 0) when none."""
+    found = RollupCheckpoint.objects.filter(stream=stream).values_list("entry_ms", "entry_seq").first()
+    return found or (0, 0)
+
+
+def save_checkpoint(stream: str, entry: tuple[int, int]) -> None:
+    RollupCheckpoint.objects.update_or_create(stream=stream, defaults={"entry_ms": entry[0], "entry_seq": entry[1]})
