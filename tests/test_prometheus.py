@@ -4,6 +4,7 @@ DCGM compatibility recording rules. `make test` installs the package
 (`make system-packages`); without it these tests skip and say so."""
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dashboard.metrics import EXPORTED_NAMES
 from devtools.redis_server import free_port
 from tests.metrics_server import TOKEN, scrape, serve_metrics
 
@@ -139,3 +141,8 @@ def test_the_compat_rules_unit_tests_pass():
     tested = promtool("test", "rules", str(RULES_TEST))
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "SUCCESS" in tested.stdout
+
+
+def test_the_compat_rules_read_only_series_that_metrics_exports():
+    used = set(re.findall(r"\bgpulse_[a-z0-9_]+", RULES.read_text()))
+    assert used and used <= EXPORTED_NAMES, used - EXPORTED_NAMES
