@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint browser clean
+.PHONY: demo test lint system-packages browser prometheus clean
 
 $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,12 +17,24 @@ $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraint
 demo: $(STAMP)
 	$(PY) -m devtools.demo
 
+# The Debian packages the tests drive; each is installed only when missing.
+system-packages: browser prometheus
+
 # Playwright drives Debian's chromium: the browser downloads of `playwright
 # install` are not reachable from many clusters.
 browser:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
-test: $(STAMP) browser
+# A real prometheus scrapes /metrics and promtool lints it and tests the
+# recording rules; each test starts its own. Without recommends (no node
+# exporter), and the service the package starts under systemd is stopped and
+# disabled: nothing stays listening on :9090.
+prometheus:
+	@test -x /usr/bin/prometheus -a -x /usr/bin/promtool || (apt-get update -qq \
+	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+	  && if [ -d /run/systemd/system ]; then systemctl disable --now prometheus; fi)
+
+test: $(STAMP) system-packages
 	$(PY) -m pytest
 
 # ruff (pyflakes, pycodestyle, import order, bugbear) and mypy, configured in pyproject.toml.

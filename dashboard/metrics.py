@@ -39,26 +39,46 @@ log = logging.getLogger(__name__)
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
 # Node sets whose latest busbw is exported: bounds the series a scrape carries.
 BUSBW_JOBS_SCANNED = 200
+GB = 1e9  # nccl-tests' GB/s are decimal
 
-# sample field -> exported gauge; its help text is the schema's description.
+
+def _ratio(percent: float) -> float:
+    return percent / 100  # a division: 97 / 100 is 0.97, 97 * 0.01 is not
+
+
+def _hertz(mhz: float) -> float:
+    return mhz * 1e6
+
+
+def _as_is(value: float) -> float:
+    return value
+
+
+# sample field -> (exported name, conversion from the sample's unit, exported
+# unit). Prometheus wants base units: ratios 0-1 rather than percent, hertz
+# rather than MHz; the help text is the schema's description and the unit.
 GPU_GAUGES = {
-    "util": "gpulse_gpu_utilization_percent",
-    "mem_util": "gpulse_gpu_memory_utilization_percent",
-    "mem_used": "gpulse_gpu_memory_used_bytes",
-    "mem_total": "gpulse_gpu_memory_total_bytes",
-    "temp": "gpulse_gpu_temperature_celsius",
-    "power": "gpulse_gpu_power_watts",
-    "power_limit": "gpulse_gpu_power_limit_watts",
-    "sm_clock": "gpulse_gpu_sm_clock_mhz",
-    "mem_clock": "gpulse_gpu_memory_clock_mhz",
-    "fan": "gpulse_gpu_fan_speed_percent",
-    "ecc_uncorrected": "gpulse_gpu_ecc_uncorrected_errors",
-    "pcie_tx": "gpulse_gpu_pcie_tx_bytes_per_second",
-    "pcie_rx": "gpulse_gpu_pcie_rx_bytes_per_second",
-    "nvlink_tx": "gpulse_gpu_nvlink_tx_bytes_per_second",
-    "nvlink_rx": "gpulse_gpu_nvlink_rx_bytes_per_second",
+    "util": ("gpulse_gpu_utilization_ratio", _ratio, "ratio 0-1"),
+    "mem_util": ("gpulse_gpu_memory_utilization_ratio", _ratio, "ratio 0-1"),
+    "mem_used": ("gpulse_gpu_memory_used_bytes", _as_is, "bytes"),
+    "mem_total": ("gpulse_gpu_memory_total_bytes", _as_is, "bytes"),
+    "temp": ("gpulse_gpu_temperature_celsius", _as_is, "°C"),
+    "power": ("gpulse_gpu_power_watts", _as_is, "W"),
+    "power_limit": ("gpulse_gpu_power_limit_watts", _as_is, "W"),
+    "sm_clock": ("gpulse_gpu_sm_clock_hertz", _hertz, "Hz"),
+    "mem_clock": ("gpulse_gpu_memory_clock_hertz", _hertz, "Hz"),
+    "fan": ("gpulse_gpu_fan_speed_ratio", _ratio, "ratio 0-1"),
+    "pcie_tx": ("gpulse_gpu_pcie_tx_bytes_per_second", _as_is, "bytes/s"),
+    "pcie_rx": ("gpulse_gpu_pcie_rx_bytes_per_second", _as_is, "bytes/s"),
+    "nvlink_tx": ("gpulse_gpu_nvlink_tx_bytes_per_second", _as_is, "bytes/s"),
+    "nvlink_rx": ("gpulse_gpu_nvlink_rx_bytes_per_second", _as_is, "bytes/s"),
 }
-_DESCRIPTIONS = {metric.name: f"{metric.description} ({metric.unit})" for metric in GPU_METRICS}
+# The volatile uncorrected ECC count only grows, until the driver reloads and
+# it starts again at 0: exactly a Prometheus counter's contract (a reset is a
+# restart, which rate() and increase() allow for), as dcgm-exporter exports
+# DCGM_FI_DEV_ECC_DBE_VOL_TOTAL.
+ECC_COUNTER = "gpulse_gpu_ecc_uncorrected_errors"
+_DESCRIPTIONS = {metric.name: metric.description for metric in GPU_METRICS}
 OTHER_METRICS = (
     "gpulse_gpu_lost",
     "gpulse_gpu_throttle_reason",
@@ -66,7 +86,7 @@ OTHER_METRICS = (
     "gpulse_node_status",
     "gpulse_node_last_sample_timestamp_seconds",
     "gpulse_benchmark_jobs",
-    "gpulse_benchmark_last_busbw_gbytes_per_second",
+    "gpulse_benchmark_last_busbw_bytes_per_second",
     "gpulse_alerts_firing",
     "gpulse_alert_transitions_total",
     "gpulse_ingest_rejected_entries_total",
@@ -75,12 +95,15 @@ OTHER_METRICS = (
     "gpulse_alert_proposals_failed_total",
 )
 # Every series name /metrics can export (the Grafana dashboard's test checks against it).
-EXPORTED_NAMES = frozenset(GPU_GAUGES.values()) | frozenset(OTHER_METRICS)
+EXPORTED_NAMES = (frozenset(name for name, _, _ in GPU_GAUGES.values()) | {f"{ECC_COUNTER}_total"}
+                  | frozenset(OTHER_METRICS))
 
 
 def gpu_families(nodes: list[dict]):
-    gauges = {field: GaugeMetricFamily(name, _DESCRIPTIONS[field], labels=GPU_LABELS)
-              for field, name in GPU_GAUGES.items()}
+    gauges = {field: GaugeMetricFamily(name, f"{_DESCRIPTIONS[field]} ({unit})", labels=GPU_LABELS)
+              for field, (name, _, unit) in GPU_GAUGES.items()}
+    ecc = CounterMetricFamily(ECC_COUNTER, f"{_DESCRIPTIONS['ecc_uncorrected']}; restarts at 0 when the driver reloads",
+                              labels=GPU_LABELS)
     lost = GaugeMetricFamily("gpulse_gpu_lost", "1 when the GPU fell off the bus (NVML GPU_IS_LOST, XID 79)",
                              labels=GPU_LABELS)
     throttle = GaugeMetricFamily("gpulse_gpu_throttle_reason", "1 while this clock throttle reason is active",
@@ -93,13 +116,16 @@ def gpu_families(nodes: list[dict]):
             for field, family in gauges.items():
                 value = gpu.get(field)
                 if value is not None:
-                    family.add_metric(labels, value)
+                    family.add_metric(labels, GPU_GAUGES[field][1](value))
+            if gpu.get("ecc_uncorrected") is not None:
+                ecc.add_metric(labels, gpu["ecc_uncorrected"])
             lost.add_metric(labels, 1 if gpu.get("lost") else 0)
             reasons = gpu.get("throttle")
             if reasons is not None:
                 for reason in THROTTLE_REASONS:
                     throttle.add_metric([*labels, reason], 1 if reason in reasons else 0)
     yield from gauges.values()
+    yield ecc
     yield lost
     yield throttle
 
@@ -129,7 +155,7 @@ def benchmark_families():
         jobs.add_metric([status], counts.get(status, 0))
     yield jobs
     busbw = GaugeMetricFamily(
-        "gpulse_benchmark_last_busbw_gbytes_per_second",
+        "gpulse_benchmark_last_busbw_bytes_per_second",
         "average bus bandwidth (nccl-tests' '# Avg bus bandwidth', GB/s) of the latest successful job per node set",
         labels=["nodes"],
     )
@@ -140,7 +166,7 @@ def benchmark_families():
         key = ",".join(nodes)
         if key not in seen:
             seen.add(key)
-            busbw.add_metric([key], value)
+            busbw.add_metric([key], value * GB)
     yield busbw
 
 

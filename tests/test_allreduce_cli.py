@@ -12,9 +12,14 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from tests import nccl_tests_parser
 from tests.test_allreduce_engine import rank_processes
+from workers.report import float_str
 
 ROOT = Path(__file__).resolve().parent.parent
+# A real all_reduce_perf run (16 H100s on 2 nodes), as published in
+# lessizzmore/create-a3mega-ztan-fork, ztan-NCCL-test-result.
+REAL_NCCL_TESTS = ROOT / "tests" / "data" / "nccl-tests-all_reduce_perf.txt"
 SMALL = ["--backend", "gloo", "--ranks-per-node", "2", "--min-bytes", "1K", "--max-bytes", "8K",
          "--iters", "2", "--warmup", "1"]
 
@@ -38,10 +43,70 @@ def test_it_prints_a_table_like_all_reduce_perf():
                                         for size in (1024, 2048, 4096, 8192)]
     assert all(len(row) == 13 and row[8] == "0" and row[12] == "0" for row in data)
     assert all(float(row[5]) > 0 and float(row[7]) == float(row[6]) for row in data)  # busbw = algbw at n=2
-    assert lines[-2] == "# Out of bounds values : 0 OK"
-    assert lines[-1].startswith("# Avg bus bandwidth    : ")
+    assert lines[-4] == "# Out of bounds values : 0 OK"
+    assert lines[-3].startswith("# Avg bus bandwidth    : ")
+    assert lines[-2:] == ["#", "# Collective test concluded: all_reduce_perf"]
     busbw = [float(row[7]) for row in data] + [float(row[11]) for row in data]
-    assert float(lines[-1].split(":")[1]) == pytest.approx(sum(busbw) / len(busbw), abs=0.01)
+    assert float(lines[-3].split(":")[1]) == pytest.approx(sum(busbw) / len(busbw), abs=0.01)
+    # nccl-tests' own parameter line, which its parsers look for.
+    assert ("# nThread 1 nGpus 1 minBytes 1024 maxBytes 8192 step: 2(factor) warmup iters: 1 iters: 2"
+            " agg iters: 1 validation: 1 graph: 0") in header
+
+
+def test_an_nccl_tests_parser_reads_the_table_row_by_row():
+    done = allreduce(*SMALL)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if not line.startswith("#")]
+
+    report = nccl_tests_parser.parse_table(done.stdout)
+
+    assert [result.size for result in report.results] == [1024, 2048, 4096, 8192]
+    for result, row in zip(report.results, rows, strict=True):
+        assert (result.out_of_place.time, result.out_of_place.algbw, result.out_of_place.busbw) == (
+            float(row[5]), float(row[6]), float(row[7]))
+        assert (result.in_place.time, result.in_place.algbw, result.in_place.busbw) == (
+            float(row[9]), float(row[10]), float(row[11]))
+        assert result.out_of_place.wrong == 0 and result.in_place.wrong == 0
+    assert report.avg_busbw == float(done.stdout.splitlines()[-3].split(":")[1])
+
+
+def test_the_nccl_tests_json_layout_reads_like_all_reduce_perf_dash_j():
+    done = allreduce(*SMALL, "--json", "nccl-tests")
+
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert (document["version"], document["env"]) == (2, [])
+    assert document["config"]["minimum_bytes"] == 1024 and document["config"]["maximum_bytes"] == 8192
+    assert document["out_of_bounds"] == {"count": 0, "okay": "true"}  # util.cu's jsonBool writes strings
+    report = nccl_tests_parser.parse_json(document)
+    assert [result.size for result in report.results] == [1024, 2048, 4096, 8192]
+    for result, record in zip(report.results, document["results"], strict=True):
+        assert (record["type"], record["redop"], record["root"], record["count"]) == (
+            "float", "sum", "    -1", result.size // 4)
+        for measurement in (result.out_of_place, result.in_place):
+            assert measurement.time > 0 and measurement.busbw == measurement.algbw and measurement.wrong == 0
+    measurements = [m for result in report.results for m in (result.out_of_place, result.in_place)]
+    assert report.avg_busbw == pytest.approx(sum(m.busbw for m in measurements) / len(measurements))
+
+
+def test_the_nccl_tests_parser_reads_a_real_all_reduce_perf_log():
+    # The parser is checked against the real thing, so the tests above prove a match with nccl-tests.
+    report = nccl_tests_parser.parse_table(REAL_NCCL_TESTS.read_text())
+
+    assert [result.size for result in report.results] == [8 << shift for shift in range(31)]
+    last = report.results[-1]
+    assert last.out_of_place == nccl_tests_parser.Measurement(time=47535, algbw=180.71, busbw=338.82, wrong=0)
+    assert last.in_place == nccl_tests_parser.Measurement(time=47743, algbw=179.92, busbw=337.35, wrong=0)
+    assert report.avg_busbw == 70.742
+
+
+def test_with_the_check_off_the_parser_reads_wrong_as_not_available():
+    done = allreduce(*SMALL, "--no-check", "--max-bytes", "1K")
+    assert done.returncode == 0, done.stderr
+
+    [result] = nccl_tests_parser.parse_table(done.stdout).results
+
+    assert result.out_of_place.wrong is None and result.in_place.wrong is None
 
 
 def test_json_output_has_exactly_the_documented_fields():
@@ -65,7 +130,7 @@ def test_wrong_values_fail_the_command_after_the_table():
     with pytest.raises(CommandError, match="^4 wrong values: the all-reduce returned wrong sums$"):
         call_command("allreduce", *SMALL, "--max-bytes", "1K", "--corrupt-rank", "0", stdout=out)
 
-    assert out.getvalue().splitlines()[-2] == "# Out of bounds values : 4 FAILED"
+    assert out.getvalue().splitlines()[-4] == "# Out of bounds values : 4 FAILED"
 
 
 def test_a_bad_size_is_one_clear_line_not_a_traceback():
@@ -128,3 +193,16 @@ def test_ctrl_c_stops_the_ranks_and_says_so():
     finally:
         command.kill()
         command.wait()
+
+
+@pytest.mark.parametrize("value, time, bandwidth", [
+    (0.5, "   0.50", "  0.50"),
+    (123.456, " 123.46", "123.46"),
+    (1234.5, "1234.50", "1234.5"),
+    (12345.6, "12345.6", " 12346"),
+    (123456.0, " 123456", "123456"),
+    (12345678.0, "1.2e+07", " 1e+07"),
+])
+def test_times_and_bandwidths_take_nccl_tests_current_precision(value, time, bandwidth):
+    # util.cu's getFloatStr: two decimals while they fit the column, then one, none, an exponent.
+    assert (float_str(value, 7), float_str(value, 6)) == (time, bandwidth)

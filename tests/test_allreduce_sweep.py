@@ -136,11 +136,12 @@ def _row(size, inplace, wrong):
 
 def test_a_table_line_holds_out_of_place_then_in_place():
     line = row_line(_row(1024, False, 0), _row(1024, True, 3))
-    assert line.split() == ["1024", "256", "float", "sum", "-1", "1234.5", "0.85", "0.85", "0",
-                            "1234.5", "0.85", "0.85", "3"]
+    assert line.split() == ["1024", "256", "float", "sum", "-1", "1234.50", "0.85", "0.85", "0",
+                            "1234.50", "0.85", "0.85", "3"]
 
 
 def test_the_footer_fails_on_wrong_values_and_says_when_unchecked():
     assert footer_lines([_row(1024, False, 0), _row(1024, True, 3)])[0] == "# Out of bounds values : 3 FAILED"
     assert footer_lines([_row(1024, False, None)])[0] == "# Out of bounds values : N/A (check off)"
-    assert footer_lines([_row(1024, False, 0)]) == ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.85"]
+    assert footer_lines([_row(1024, False, 0)]) == ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.85",
+                                                    "#", "# Collective test concluded: all_reduce_perf"]

@@ -1,7 +1,13 @@
 """Present a sweep like nccl-tests' all_reduce_perf: a '#' header, one line per
-size (out-of-place, then in-place), the closing summary; or as JSON."""
+size (out-of-place, then in-place), the closing summary; or as JSON, gpulse's
+own or nccl-tests' `-J` layout. Lines and fields follow nccl-tests' src/util.cu
+(writeDeviceReport, writeResultHeader, writeBenchmarkLineBody,
+writeResultFooter) so parsers written for all_reduce_perf read them unchanged."""
 
 from __future__ import annotations
+
+import math
+import time
 
 from workers.sweep_spec import Row, SweepSpec
 
@@ -10,6 +16,8 @@ _LINE = "%12d  %12d  %8s  %6s  %6d"
 _LABELS = "# %10s  %12s  %8s  %6s  %6s" % ("", "", "", "", "")
 _BLOCK = len("  %7s  %6s  %6s  %6s" % ("", "", "", ""))
 ALLREDUCE_ROOT = -1  # all_reduce has no root; nccl-tests prints -1
+PROGRAM = "all_reduce_perf"  # the nccl-tests binary whose output this mirrors
+NCCL_TESTS_JSON_VERSION = 2  # util.cu's JSON_FILE_VERSION
 
 
 def avg_busbw(rows: list[Row]) -> float:
@@ -27,8 +35,10 @@ def header_lines(spec: SweepSpec, versions: dict) -> list[str]:
     world = spec.world_size
     lines = [
         f"# gpulse {spec.op}: backend {spec.backend}  ranks {world} ({spec.nnodes} node(s) x {spec.ranks_per_node})",
-        f"# minBytes {spec.min_bytes} maxBytes {spec.max_bytes} step: {spec.factor}(factor)"
-        f" warmup iters: {spec.warmup} iters: {spec.iters} validation: {int(spec.check)}",
+        f"# Collective test starting: {PROGRAM}",
+        # nccl-tests' own line: every rank is a process with one GPU, as `mpirun -np N all_reduce_perf -g 1`.
+        f"# nThread 1 nGpus 1 minBytes {spec.min_bytes} maxBytes {spec.max_bytes} step: {spec.factor}(factor)"
+        f" warmup iters: {spec.warmup} iters: {spec.iters} agg iters: 1 validation: {int(spec.check)} graph: 0",
         "# " + "  ".join(f"{name} {value or '-'}" for name, value in versions.items()),
         "# out-of-place: a copy into the output, then the in-place all-reduce (torch.distributed has no other)",
     ]
@@ -45,18 +55,29 @@ def header_lines(spec: SweepSpec, versions: dict) -> list[str]:
     ]
 
 
-def _time(time_us: float) -> str:
-    # nccl-tests' widths: fewer decimals as the time grows, to stay in 7 columns.
-    if time_us >= 10000:
-        return "%7.0f" % time_us
-    if time_us >= 100:
-        return "%7.1f" % time_us
-    return "%7.2f" % time_us
+def float_str(value: float, width: int) -> str:
+    """Return value in width columns as nccl-tests' getFloatStr: fewer decimals as it grows, then exponent."""
+    if not math.isfinite(value):
+        return "%*g" % (width, value)
+    digits = 0  # digits before the point: 0 below 1
+    step = 1
+    while value >= step:
+        digits += 1
+        step *= 10
+    if digits < width - 2:
+        return "%*.2f" % (width, value)
+    if digits < width - 1:
+        return "%*.1f" % (width, value)
+    if digits < width + 1:
+        return "%*.0f" % (width, value)
+    return "%*.1e" % (width, value) if width >= 7 else "%*.0e" % (width, value)
 
 
 def _measurement(row: Row) -> str:
-    wrong = "N/A" if row.wrong is None else str(row.wrong)
-    return "  %7s  %6.2f  %6.2f  %6s" % (_time(row.time_us), row.algbw, row.busbw, wrong)
+    measured = "  %7s  %6s  %6s" % (float_str(row.time_us, 7), float_str(row.algbw, 6), float_str(row.busbw, 6))
+    if row.wrong is None:
+        return measured + "    N/A"
+    return measured + "  %6g" % row.wrong
 
 
 def row_line(outplace: Row, inplace: Row) -> str:
@@ -67,9 +88,66 @@ def row_line(outplace: Row, inplace: Row) -> str:
 def footer_lines(rows: list[Row]) -> list[str]:
     wrong = wrong_total(rows)
     verdict = "N/A (check off)" if wrong is None else f"{wrong} {'FAILED' if wrong else 'OK'}"
-    return [f"# Out of bounds values : {verdict}", f"# Avg bus bandwidth    : {avg_busbw(rows):g}"]
+    return [f"# Out of bounds values : {verdict}", f"# Avg bus bandwidth    : {avg_busbw(rows):g}",
+            "#", f"# Collective test concluded: {PROGRAM}"]
 
 
 def to_json(spec: SweepSpec, versions: dict, rows: list[Row]) -> dict:
     return {"backend": spec.backend, "world_size": spec.world_size, "dtype": spec.dtype,
             "rows": [row.to_dict() for row in rows], "avg_busbw": avg_busbw(rows), "versions": versions}
+
+
+def _nccl_tests_measurement(row: Row) -> dict:
+    return {"time": row.time_us, "alg_bw": row.algbw, "bus_bw": row.busbw,
+            "nwrong": None if row.wrong is None else float(row.wrong)}
+
+
+def _json_bool(value: bool) -> str:
+    return "true" if value else "false"  # util.cu's jsonBool writes the strings, not JSON booleans
+
+
+def nccl_version_code(version: str | None) -> int:
+    """Return NCCL_VERSION_CODE for "2.21.5" (22105, the >= 2.9 encoding), 0 without NCCL."""
+    if not version:
+        return 0
+    major, minor, patch = (int(part) for part in version.split(".")[:3])
+    return major * 10000 + minor * 100 + patch
+
+
+def timestamp() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")  # util.cu's TIME_STRING_FORMAT, local time
+
+
+def to_nccl_tests_json(spec: SweepSpec, versions: dict, rows: list[Row], args: list[str], start_time: str) -> dict:
+    """Return the document nccl-tests writes with `-J file.json` (util.cu, JSON_FILE_VERSION 2).
+
+    Its quirks are kept, as its readers expect them: "okay" and the flags are
+    the strings "true"/"false", root is the table's padded string, nwrong a
+    float or null. "env" stays empty: nccl-tests dumps the whole environment,
+    which here would carry gpulse's secrets. "devices" is empty too: the
+    ranks' processes are not known to the report.
+    """
+    outplace = {row.size: row for row in rows if not row.inplace}
+    results = [
+        {"size": row.size, "count": row.count, "type": row.type, "redop": row.redop,
+         "root": "%6i" % ALLREDUCE_ROOT, "out_of_place": _nccl_tests_measurement(outplace[row.size]),
+         "in_place": _nccl_tests_measurement(row), "actual_iterations": spec.iters, "experiment_name": ""}
+        for row in rows if row.inplace and row.size in outplace
+    ]
+    wrong = wrong_total(rows) or 0
+    return {
+        "version": NCCL_TESTS_JSON_VERSION, "start_time": start_time, "args": args, "env": [],
+        "nccl_version": nccl_version_code(versions.get("nccl")),
+        "config": {
+            "nthreads": 1, "ngpus": 1, "minimum_bytes": spec.min_bytes, "maximum_bytes": spec.max_bytes,
+            "step_factor": spec.factor, "warmup_iters": spec.warmup, "iterations": spec.iters,
+            "aggregated_iterations": 1, "validation": int(spec.check), "graph": 0,
+            "blocking_collectives": _json_bool(False), "per_iter_timing": _json_bool(False),
+            "parallel_init": _json_bool(False), "devices": [],
+        },
+        "results": results,
+        "out_of_bounds": {"count": wrong, "okay": _json_bool(wrong == 0)},
+        "average_bus_bandwidth": {"bandwidth": avg_busbw(rows), "okay": "unchecked"},
+        "errors": [],
+        "end_time": timestamp(),
+    }

@@ -1,11 +1,20 @@
 import argparse
 import json
+import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
 from workers.job_status import JobStatus
 from workers.launcher import collect_versions, resolve_spec, run_node
-from workers.report import footer_lines, header_lines, row_line, to_json, wrong_total
+from workers.report import (
+    footer_lines,
+    header_lines,
+    row_line,
+    timestamp,
+    to_json,
+    to_nccl_tests_json,
+    wrong_total,
+)
 from workers.sweep_spec import BACKENDS, DTYPES, SpecError, SweepSpec, parse_size
 
 
@@ -14,6 +23,9 @@ def _size(text: str) -> int:
         return parse_size(text)
     except SpecError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+JSON_LAYOUTS = ("gpulse", "nccl-tests")
 
 
 class Command(BaseCommand):
@@ -41,7 +53,9 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=300.0, help="seconds before the whole job is stopped")
         parser.add_argument("--corrupt-rank", type=int, default=None,
                             help="diagnostic: corrupt this rank's input to see the check report wrong values")
-        parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+        parser.add_argument("--json", nargs="?", const="gpulse", choices=JSON_LAYOUTS, default=None,
+                            help="print one JSON document instead of the table: gpulse's layout (the default), "
+                                 "or 'nccl-tests' for the document all_reduce_perf -J writes")
 
     def handle(self, *args, **options):
         if options["nodes"]:
@@ -56,6 +70,7 @@ class Command(BaseCommand):
         except SpecError as exc:
             raise CommandError(str(exc)) from None
 
+        started = timestamp()
         as_json = options["json"]
         if not as_json:
             self._print(*header_lines(spec, collect_versions()))
@@ -74,7 +89,7 @@ class Command(BaseCommand):
         if not result.ok:
             raise CommandError(f"all-reduce {result.status}: {result.reason}")
         if as_json:
-            self._print(json.dumps(to_json(result.spec, result.versions, result.rows)))
+            self._print_json(as_json, result.spec, result.versions, result.rows, started)
         else:
             self._print(*footer_lines(result.rows))
         if wrong_total(result.rows):
@@ -87,6 +102,7 @@ class Command(BaseCommand):
         job = launch_job(options)
         self.stderr.write(f"job {job.pk} on {', '.join(job.nodes)}: {job.ranks_per_node} rank(s) per node")
         spec = job.sweep_spec()
+        started = timestamp()
         as_json = options["json"]
         if not as_json:
             self._print(*header_lines(spec, {}))
@@ -101,12 +117,23 @@ class Command(BaseCommand):
         job, rows = follow_job(job, print_row)
         if job.status != JobStatus.SUCCEEDED:
             raise CommandError(f"job {job.pk} {job.status}: {job.reason}")
-        if as_json:
-            self._print(json.dumps(to_json(spec, job.result["versions"], rows)))
+        if as_json == "nccl-tests":
+            # {node: versions}: the first node's stand for the job, as nccl-tests reports rank 0's NCCL.
+            first_node: dict = next(iter(job.result["versions"].values()), {})
+            self._print_json(as_json, spec, first_node, rows, started)
+        elif as_json:
+            self._print_json(as_json, spec, job.result["versions"], rows, started)
         else:
             self._print(*footer_lines(rows))
         if wrong_total(rows):
             raise CommandError(f"{wrong_total(rows)} wrong values: the all-reduce returned wrong sums")
+
+    def _print_json(self, layout: str, spec, versions: dict, rows, started: str) -> None:
+        if layout == "nccl-tests":
+            document = to_nccl_tests_json(spec, versions, rows, args=list(sys.argv), start_time=started)
+        else:
+            document = to_json(spec, versions, rows)
+        self._print(json.dumps(document))
 
     def _print(self, *lines: str) -> None:
         for line in lines:

@@ -1,0 +1,126 @@
+"""A live gpulse web server for /metrics scrapers: the ASGI app under uvicorn,
+its database seeded and a cluster written to Redis as ingest leaves it."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+from devtools.redis_server import free_port
+from gpulse import schema
+from gpulse.keys import Keys
+from tests.samples import gpu, sample
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "metrics-token-0123456789-abcdefghijklmnop"
+
+# Rows the scraped app finds in its database: what ingest, the control worker
+# and the alert evaluator would have written.
+SEED_DATABASE = """
+import django, datetime as dt
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from django.utils import timezone
+from dashboard.benchmarks.models import BenchmarkJob
+from dashboard.alerts.models import Alert, Rule, Transition, fingerprint
+now = timezone.now()
+job = dict(ranks_per_node=1, min_bytes=1024, max_bytes=1 << 20)
+BenchmarkJob.objects.create(nodes=["n1", "n2"], status="succeeded", avg_busbw=10.0,
+                            finished=now - dt.timedelta(hours=1), **job)
+BenchmarkJob.objects.create(nodes=["n1", "n2"], status="succeeded", avg_busbw=42.5, finished=now, **job)
+BenchmarkJob.objects.create(nodes=["n1"], status="succeeded", avg_busbw=None, finished=now, **job)
+BenchmarkJob.objects.create(nodes=["n2"], status="failed", reason="rank 1 died", **job)
+BenchmarkJob.objects.create(nodes=["n2"], status="running", **job)
+rule = Rule.objects.create(name="metrics test: hot GPU", metric="gpu.temp", threshold=85)
+alert = Alert.objects.create(fingerprint=fingerprint(rule.id, "n1", 0), rule=rule, node="n1", gpu=0,
+                             status="firing", status_since=now)
+Transition.objects.create(alert=alert, old="inactive", new="pending", reason="temp 90 > 85", created=now)
+Transition.objects.create(alert=alert, old="pending", new="firing", reason="temp 90 > 85", created=now)
+"""
+
+
+def write_cluster(client: redis.Redis) -> None:
+    """Write nodes as ingest and the collectors leave them: latest keys and the known-nodes hash."""
+    keys = Keys()
+    now = time.time()
+    # A long interval keeps the statuses steady however slowly the test runs.
+    interval = 60.0
+    nodes = {
+        # n1 GPU 1: no fan (null → not exported), throttled by the power cap.
+        "n1": sample("n1", ts=now, interval=interval, gpus=0) | {"gpus": [
+            gpu(0, util=97, temp=66, power=612.4, fan=35),
+            gpu(1, util=12, temp=41, power=150.5, throttle=["sw_power_cap"], ecc_uncorrected=None),
+        ]},
+        # n2 GPU 1 fell off the bus: lost, every reading null.
+        "n2": sample("n2", ts=now, interval=interval, gpus=0) | {"gpus": [
+            gpu(0, util=50),
+            {**gpu(1), **dict.fromkeys(schema.GPU_METRIC_NAMES), "lost": True, "throttle": None},
+        ]},
+        # Late by more than two intervals: stale, not yet down.
+        "late": sample("late", ts=now - 2.5 * interval, interval=interval, gpus=2),
+    }
+    for name, node in nodes.items():
+        client.set(keys.node(name), schema.encode(node), ex=600)
+        client.hset(keys.known_nodes, name, json.dumps({"ts": node["ts"], "interval": node["interval"]}))
+    # Its latest key expired long ago: down.
+    client.hset(keys.known_nodes, "dead", json.dumps({"ts": now - 3600, "interval": interval}))
+
+
+@contextmanager
+def serve_metrics(redis_url: str, state: Path) -> Iterator[str]:
+    """Yield the /metrics URL of the ASGI app under uvicorn, with a seeded SQLite database and a cluster in Redis."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GPULSE_")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="dashboard.settings", REDIS_URL=redis_url, PYTHONUNBUFFERED="1",
+        DATABASE_URL=f"sqlite:///{state / 'db.sqlite3'}", GPULSE_METRICS_TOKEN=TOKEN,
+    )
+    subprocess.run([sys.executable, "-c", SEED_DATABASE], cwd=ROOT, env=env, check=True, timeout=120)
+    port = free_port()
+    log = open(state / "web.log", "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "dashboard.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port), "--lifespan", "off", "--no-access-log"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    client = redis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except urllib.error.HTTPError:
+                break  # 503: no ingest heartbeat, but the server answers
+            except OSError:
+                assert server.poll() is None, (state / "web.log").read_text()
+                assert time.monotonic() < deadline, "uvicorn did not answer within 60 s"
+                time.sleep(0.2)
+        client.flushdb()
+        write_cluster(client)
+        yield f"http://127.0.0.1:{port}/metrics"
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
+        client.flushdb()
+        client.close()
+
+
+def scrape(url: str, token: str | None = TOKEN) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
