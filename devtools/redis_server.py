@@ -39,9 +39,11 @@ def free_port() -> int:
 class EmbeddedRedis:
     """A redis-server child process on a free loopback port; stop() ends it."""
 
-    def __init__(self, port: int | None = None, directory: str | None = None):
+    def __init__(self, port: int | None = None, directory: str | None = None, acl_file: bool = False):
         self.port = port or free_port()
         self.directory = directory or tempfile.mkdtemp(prefix="gpulse-redis-")
+        # With an ACL file, users made with ACL SETUSER and then ACL SAVE outlive a restart.
+        self.acl_path = Path(self.directory) / "users.acl" if acl_file else None
         self.process: subprocess.Popen | None = None
 
     @property
@@ -50,6 +52,11 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 10.0) -> "EmbeddedRedis":
         os.makedirs(self.directory, exist_ok=True)
+        acl = []
+        if self.acl_path is not None:
+            # A file without a "user default" line leaves the default user on, open on loopback.
+            self.acl_path.touch()
+            acl = ["--aclfile", str(self.acl_path)]
         self.process = subprocess.Popen(
             [
                 redis_server_binary(),
@@ -59,6 +66,7 @@ class EmbeddedRedis:
                 "--save", "",
                 "--appendonly", "no",
                 "--protected-mode", "yes",
+                *acl,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -14,7 +14,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import redis
+
 from devtools.redis_server import EmbeddedRedis
+from gpulse.keys import DEFAULT_PREFIX
+from gpulse.redis_acl import create_role_users
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +52,7 @@ class Stack:
         self.node_workers = node_workers
         self.extra_env = extra_env or {}
         self.redis: EmbeddedRedis | None = None
+        self.role_urls: dict[str, str] = {}  # ACL user -> its URL, when the stack owns Redis
         self.processes: list[tuple[str, subprocess.Popen]] = []
         self.admin_line = ""
 
@@ -69,31 +74,43 @@ class Stack:
         env.update(self.extra_env)
         return env
 
+    def role_env(self, role: str) -> dict:
+        """The environment of a process that connects to Redis as ``role`` (gpulse/redis_acl.py)."""
+        return {**self.env, "REDIS_URL": self.role_urls.get(role, self.redis_url)}
+
     def manage(self, *args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.role_env("web"), capture_output=True, text=True
         )
         if done.returncode != 0:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stderr.strip()}")
         return done.stdout.strip()
 
-    def spawn(self, name: str, *command: str) -> None:
+    def spawn(self, name: str, role: str, *command: str) -> None:
         log = open(self.state_dir / f"{name}.log", "ab")
         process = subprocess.Popen(
-            command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command, cwd=ROOT, env=self.role_env(role), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.processes.append((name, process))
 
     def start(self) -> "Stack":
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.redis_url is None:
-            self.redis = EmbeddedRedis(directory=str(self.state_dir / "redis")).start()
+            self.redis = EmbeddedRedis(directory=str(self.state_dir / "redis"), acl_file=True).start()
             self.redis_url = self.redis.url
+            # Each process connects as its own least-privileged user, as in production; the
+            # stack itself (and the tests and load test through it) keeps the default user.
+            prefix = self.env.get("GPULSE_REDIS_PREFIX") or DEFAULT_PREFIX
+            self.role_urls = create_role_users(
+                self.redis_url, prefix, sim_node_names(self.sim_nodes), simulator_prefix="sim-"
+            )
+            with redis.Redis.from_url(self.redis_url) as admin:
+                admin.acl_save()  # the users outlive a restart of the server
         self.manage("migrate", "--noinput")
         self.admin_line = self.manage("ensure_admin")
         py = sys.executable
         self.spawn(
-            "web", py, "-m", "uvicorn", "dashboard.asgi:application",
+            "web", "web", py, "-m", "uvicorn", "dashboard.asgi:application",
             "--host", "127.0.0.1", "--port", str(self.port), "--lifespan", "off", "--no-access-log",
             # Frames are large and sent to every browser: compressing each copy
             # costs the web process more CPU than the bandwidth it saves.
@@ -102,26 +119,27 @@ class Stack:
             # comes from X-Forwarded-For only when a trusted proxy sent it.
             "--forwarded-allow-ips", os.environ.get("GPULSE_FORWARDED_ALLOW_IPS", "127.0.0.1,::1"),
         )
-        self.spawn("ingest", py, "manage.py", "ingest")
+        self.spawn("ingest", "ingest", py, "manage.py", "ingest")
         self.spawn(
-            "control-worker", py, "-m", "celery", "-A", "dashboard.control_worker", "worker",
+            "control-worker", "control", py, "-m", "celery", "-A", "dashboard.control_worker", "worker",
             "-Q", "control", "-n", f"control-{self.port}@%h", "--pool", "threads", "--concurrency", "4",
             "--without-gossip", "--without-mingle", "-l", "INFO",
         )
         self.spawn(
-            "webhook-worker", py, "-m", "celery", "-A", "dashboard.control_worker", "worker",
+            "webhook-worker", "control", py, "-m", "celery", "-A", "dashboard.control_worker", "worker",
             "-Q", "webhooks", "-n", f"webhooks-{self.port}@%h", "--pool", "threads", "--concurrency", "8",
             "--without-gossip", "--without-mingle", "-l", "INFO",
         )
         if self.node_workers:
             for node in sim_node_names(self.sim_nodes):
                 self.spawn(
-                    f"worker-{node}", py, "-m", "celery", "-A", "workers.node_worker", "worker",
+                    f"worker-{node}", f"nodeworker-{node}", py, "-m", "celery", "-A", "workers.node_worker", "worker",
                     "-Q", f"node.{node}", "-n", f"{node}-{self.port}@%h", "--pool", "solo",
                     "--without-gossip", "--without-mingle", "-l", "INFO",
                 )
         self.spawn(
-            "collector", py, "-m", "collectors", "--source", "simulated", "--redis-url", self.redis_url,
+            "collector", "simulator", py, "-m", "collectors", "--source", "simulated",
+            "--redis-url", self.role_urls.get("simulator", self.redis_url),
             "--nodes", str(self.sim_nodes), "--gpus-per-node", str(self.sim_gpus), "--interval", str(self.interval),
         )
         self.wait_for_web()

@@ -12,12 +12,12 @@ another node's telemetry, a benchmark's results or a Celery task. Roles:
                      job events streams, its own job claims, the cancel flags and its
                      own heartbeat ``worker:<name>``
   ingest             the telemetry consumer group, node state it derives,
-                     the channel layer, Celery producer on the control queue
+                     the channel layer, Celery producer on the webhooks queue
   web                reads what the pages and the API show, the channel layer,
-                     its cache, the simulator faults, Celery producer on the
-                     control queue
-  control            the control worker: the Celery broker, job keys, the
-                     channel layer
+                     its cache, the simulator faults, websocket counts, job
+                     cancel flags, Celery producer on the control queue
+  control            the control and webhook workers: the Celery broker, job
+                     keys, worker heartbeats, webhook leases, the channel layer
 
 The rules are written for Redis 6.2 (the embedded server; they hold on 7.x),
 where a user's key patterns allow every command the user has: so the roles
@@ -43,8 +43,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import redis
 
 from gpulse.keys import DEFAULT_PREFIX
+from gpulse.schema import valid_node_name
 
-NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Characters that are special in Redis glob patterns.
 GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
@@ -100,8 +100,8 @@ def _check_prefix(prefix: str) -> None:
 
 
 def _check_node(name: str) -> None:
-    if not NODE_NAME.fullmatch(name):
-        raise ValueError(f"node name {name!r} is not allowed in an ACL user: use letters, digits, '.', '_', '-'")
+    if not valid_node_name(name):
+        raise ValueError(f"node name {name!r} is not allowed in an ACL user: the sample contract's node name rule")
 
 
 def node_user(prefix: str, name: str) -> AclUser:
@@ -131,19 +131,22 @@ def nodeworker_user(prefix: str, name: str, db: int = 0) -> AclUser:
     return _user(f"nodeworker-{name}", keys, _celery_channels(p, db), CELERY_WORKER)
 
 
-def _control_queue_keys(p: str) -> tuple[str, ...]:
-    # The queue, its priority lists (control\x06\x16<n>) and its binding sets.
-    return (f"~{p}celery:control*", f"~{p}celery:_kombu.binding*.control")
+def _producer_keys(p: str) -> tuple[str, ...]:
+    # The control-host queues (a producer declares every queue of the app when
+    # it sends), their priority lists (<queue>\x06\x16<n>) and binding sets.
+    return tuple(key for queue in ("control", "webhooks")
+                 for key in (f"~{p}celery:{queue}*", f"~{p}celery:_kombu.binding*.{queue}"))
 
 
 def ingest_user(prefix: str) -> AclUser:
     _check_prefix(prefix)
     p = _pattern(prefix)
     keys = (f"~{p}telemetry", f"~{p}node:*", f"~{p}nodes", f"~{p}recent:*", f"~{p}frame:snapshot",
-            f"~{p}ingest:heartbeat", f"~{p}probes", f"~{p}probes:*", *_control_queue_keys(p))
-    commands = ("+xreadgroup", "+xgroup|create", "+xautoclaim", "+xack", "+xrevrange", "+xread", "+hgetall",
-                "+hset", "+mget", "+get", "+set", "+lpush", "+ltrim", "+lrange", "+publish", *TRANSACTIONS,
-                *CELERY_PRODUCER)
+            f"~{p}ingest:heartbeat", f"~{p}probes", f"~{p}probes:*", *_producer_keys(p))
+    # Pruning forgets nodes (HDEL, DEL of their lists) and idle consumers of the group.
+    commands = ("+xreadgroup", "+xgroup|create", "+xgroup|delconsumer", "+xinfo|consumers", "+xautoclaim", "+xack",
+                "+xrevrange", "+xread", "+hgetall", "+hset", "+hdel", "+del", "+mget", "+get", "+set", "+lpush",
+                "+ltrim", "+lrange", "+publish", *TRANSACTIONS, *CELERY_PRODUCER)
     return _user("ingest", keys, (f"&{p}asgi*",), commands)
 
 
@@ -151,19 +154,22 @@ def web_user(prefix: str) -> AclUser:
     _check_prefix(prefix)
     p = _pattern(prefix)
     keys = (f"~{p}node:*", f"~{p}nodes", f"~{p}recent:*", f"~{p}frame:snapshot", f"~{p}ingest:heartbeat",
-            f"~{p}probes", f"~{p}probes:*", f"~{p}job:*:events", f"~{p}simulator:faults", f"~{p}cache:*",
-            f"~{p}worker:*", *_control_queue_keys(p))
+            f"~{p}probes", f"~{p}probes:*", f"~{p}job:*:events", f"~{p}job:*:cancel", f"~{p}simulator:faults",
+            f"~{p}cache:*", f"~{p}worker:*", f"~{p}websockets:*", *_producer_keys(p))
     # Reads for the pages, the API and the job websocket; writes only through
-    # the cache (Django's RedisCache), the faults hash and the producer.
-    commands = ("+@read", "+@pubsub", "+set", "+del", "+incrby", "+expire", "+hset", "+hdel", *TRANSACTIONS,
-                "-@dangerous", *CELERY_PRODUCER)
+    # the cache (Django's RedisCache), the faults hash, a cancelled job's flag and
+    # final event, the per-user websocket sets and the producer.
+    commands = ("+@read", "+@pubsub", "+set", "+del", "+incrby", "+expire", "+hset", "+hdel", "+zadd", "+zrem", "+xadd",
+                "+zremrangebyscore", *TRANSACTIONS, "-@dangerous", *CELERY_PRODUCER)
     return _user("web", keys, (f"&{p}asgi*",), commands)
 
 
 def control_user(prefix: str, db: int = 0) -> AclUser:
+    """The control and webhook workers: the Celery broker, job keys, node-worker
+    heartbeats and the per-endpoint webhook leases."""
     _check_prefix(prefix)
     p = _pattern(prefix)
-    keys = (f"~{p}celery:*", f"~{p}job:*", f"~{p}worker:*")
+    keys = (f"~{p}celery:*", f"~{p}job:*", f"~{p}worker:*", f"~{p}webhook:*")
     return _user("control", keys, (*_celery_channels(p, db), f"&{p}asgi*"), CELERY_WORKER)
 
 

@@ -112,7 +112,7 @@ def test_the_job_page_reconnects_after_a_web_restart_and_shows_how_the_job_ended
                  f"J.objects.filter(pk={job}).update(status='succeeded')")
     job_events.emit(client, keys, job, {"kind": "final", "status": "succeeded", "reason": ""})
     stack.processes.remove((name, web))
-    stack.spawn("web", *web.args)
+    stack.spawn("web", "web", *web.args)
     stack.wait_for_web()
     assert admin_page.text_content("#job-status").strip() == "running"
 

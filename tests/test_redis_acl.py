@@ -20,13 +20,14 @@ from collectors.publisher import RedisPublisher
 from collectors.simulated import redis_fault_reader
 from dashboard.live.ingest import Ingest
 from dashboard.live.publish import CLUSTER_GROUP, FramePublisher
+from devtools.redis_server import EmbeddedRedis
 from gpulse.keys import Keys
 from gpulse.redis_acl import acl_file, acl_users, admin_user, create_role_users, main, node_user, user_url
-from devtools.redis_server import EmbeddedRedis
 from tests.celery_workers import NodeWorkers
 from tests.samples import sample
+from workers import job_events
 from workers.allreduce import SweepSpec
-from workers.celery_app import CONTROL_QUEUE, app, node_queue
+from workers.celery_app import CONTROL_QUEUE, WEBHOOK_QUEUE, app, node_queue
 
 KEYS = Keys()
 P = KEYS.prefix
@@ -102,7 +103,8 @@ def refused(user: str, attempts: list) -> list:
     *refused("nodeworker-gpu-01", [FORGE_TELEMETRY, FORGE_NODE, READ_SNAPSHOT, FORGE_KNOWN, FRAME_TO_BROWSERS,
                                    ("claim for gpu-02", lambda c: c.set(f"{P}job:1:claimed:gpu-02", 1)), *ADMIN]),
     *refused("ingest", [FORGE_JOB_RESULT, CANCEL_JOB, NODE_TASK, FORGE_UNACKED, CELERY_EVENT, *ADMIN]),
-    *refused("web", [FORGE_TELEMETRY, FORGE_JOB_RESULT, NODE_TASK, FORGE_UNACKED, CELERY_EVENT, *ADMIN]),
+    # The web may end a job it cancels (its final event), so it is not refused FORGE_JOB_RESULT.
+    *refused("web", [FORGE_TELEMETRY, NODE_TASK, FORGE_UNACKED, CELERY_EVENT, *ADMIN]),
     *refused("control", [FORGE_TELEMETRY, FORGE_NODE, READ_SNAPSHOT, FORGE_KNOWN, *ADMIN]),
 ])
 def test_a_role_is_refused_what_it_must_not_do(acl, user, attempt):
@@ -222,12 +224,13 @@ def test_ingest_consumes_as_its_user_and_its_frames_reach_the_web_user(acl, sett
     assert received and received[0]["type"] == "cluster.frame" and "gpu-01" in received[0]["text"]
 
 
-def test_ingest_and_web_send_tasks_to_the_control_queue(acl):
-    for user in ("ingest", "web"):
+def test_ingest_sends_notifications_to_the_webhooks_queue_and_the_web_launches_on_the_control_queue(acl):
+    for user, task, queue in (("ingest", "gpulse.alerts.dispatch", WEBHOOK_QUEUE),
+                              ("web", "gpulse.benchmarks.start_job", CONTROL_QUEUE)):
         with app.connection_for_write(acl.url(user)) as connection:
             producer = app.amqp.Producer(connection)  # declares the queue, as .delay() does
-            app.send_task("gpulse.alerts.dispatch", args=[1], queue=CONTROL_QUEUE, producer=producer)
-    assert acl.admin.llen(f"{P}celery:{CONTROL_QUEUE}") == 2
+            app.send_task(task, args=[1], queue=queue, producer=producer)
+        assert acl.admin.llen(f"{P}celery:{queue}") == 1
 
 
 def test_the_web_reads_what_pages_show_and_writes_only_its_own_keys(acl):
@@ -246,11 +249,32 @@ def test_the_web_reads_what_pages_show_and_writes_only_its_own_keys(acl):
     assert web.xrevrange(KEYS.probes, count=1) == []
     web.hset(KEYS.simulator_faults, "gpu-01", "hot")
     web.hdel(KEYS.simulator_faults, "gpu-01")
+    # Cancelling a running job: its cancel flag and its final event.
+    web.set(KEYS.job_cancel(3), 1, ex=60)
+    job_events.emit(web, KEYS, 3, {"kind": "final", "status": "cancelled", "reason": "test"})
+    # A websocket's place in its user's set (dashboard.accounts.websocket).
+    with web.pipeline(transaction=True) as pipe:
+        pipe.zremrangebyscore(KEYS.websockets(7), "-inf", 0).zadd(KEYS.websockets(7), {"conn": 1e12})
+        pipe.zcard(KEYS.websockets(7)).execute()
+    web.zrem(KEYS.websockets(7), "conn")
     # The login throttle's cache, through Django's own Redis backend.
     cache = RedisCache(acl.url("web"), {"KEY_PREFIX": f"{P}cache"})
     assert cache.add("login-fail:user:alice", 1, timeout=60)
     assert cache.incr("login-fail:user:alice") == 2
     assert cache.get_many(["login-fail:user:alice"]) == {"login-fail:user:alice": 2}
+
+
+def test_the_control_user_holds_webhook_leases_and_reads_worker_heartbeats(acl, monkeypatch):
+    from dashboard import redis_client
+    from dashboard.alerts.leases import endpoint_slot
+
+    control = acl.client("control")
+    monkeypatch.setattr(redis_client, "_client", control)
+    with endpoint_slot(5) as claimed:
+        assert claimed and control.zcard(KEYS.webhook_leases(5)) == 1
+    assert control.zcard(KEYS.webhook_leases(5)) == 0
+    acl.admin.set(KEYS.worker("gpu-01"), b"{}", ex=60)
+    assert control.get(KEYS.worker("gpu-01")) == b"{}"
 
 
 def test_the_acl_file_turns_the_default_user_off_holds_only_hashes_and_its_rules_load(tmp_path):

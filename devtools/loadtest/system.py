@@ -95,7 +95,7 @@ class LoadSystem:
         # Collectors first: they need only Redis, and sample while Django starts elsewhere.
         for k, count in enumerate(split(self.nodes, self.collectors), start=1):
             self.stack.spawn(
-                f"collector-{k}", py, "-m", "collectors", "--source", "simulated", "--redis-url", self.redis_url,
+                f"collector-{k}", "simulator", py, "-m", "collectors", "--source", "simulated", "--redis-url", self.redis_url,
                 "--nodes", str(count), "--gpus-per-node", str(self.gpus_per_node), "--interval", str(self.interval),
                 "--name-prefix", f"sim{k}-", "--seed", str(k), "--probe-interval", "0",
             )
@@ -107,11 +107,11 @@ class LoadSystem:
         # without it; --ws-compression measures the difference.
         deflate = "true" if self.ws_compression else "false"
         self.stack.spawn(
-            "web", py, "-m", "uvicorn", "dashboard.asgi:application", "--host", "127.0.0.1",
+            "web", "web", py, "-m", "uvicorn", "dashboard.asgi:application", "--host", "127.0.0.1",
             "--port", str(self.stack.port), "--lifespan", "off", "--no-access-log",
             "--ws-per-message-deflate", deflate,
         )
-        self.stack.spawn("ingest", py, "manage.py", "ingest")
+        self.stack.spawn("ingest", "ingest", py, "manage.py", "ingest")
         self.stack.wait_for_web()
         return self
 
