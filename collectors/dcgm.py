@@ -23,7 +23,14 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.sources import SourceUnavailable
-from gpulse.schema import GPU_METRIC_NAMES, MAX_XID, OPTIONAL_GPU_METRIC_NAMES, SCHEMA_VERSION, MalformedSample, validate
+from gpulse.schema import (
+    GPU_METRIC_NAMES,
+    MAX_XID,
+    OPTIONAL_GPU_METRIC_NAMES,
+    SCHEMA_VERSION,
+    MalformedSample,
+    validate,
+)
 from gpulse.throttle import throttle_reasons
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -125,7 +124,8 @@ def test_the_xid_held_at_start_is_a_baseline_and_a_new_code_is_reported_once(exp
 
 
 def test_the_exporters_xid_counter_is_used_when_served_and_sees_a_repeated_code(exporter):
-    labels = 'gpu="3",UUID="GPU-17f8d3b6-c2a4-49e0-8b5f-d0e3a9c6f271",modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-h100-017"'
+    labels = ('gpu="3",UUID="GPU-17f8d3b6-c2a4-49e0-8b5f-d0e3a9c6f271",modelName="NVIDIA H100 80GB HBM3",'
+              f'Hostname="{HOST}"')
 
     def with_counts(counts: dict[int, int]) -> str:
         lines = [f'DCGM_EXP_XID_ERRORS_TOTAL{{{labels},xid="{code}"}} {count}' for code, count in counts.items()]
