@@ -58,7 +58,7 @@ OPTIONAL_GPU_METRICS = (
     Metric("mem_temp", "°C", "memory (HBM) temperature (temperature.memory)", -40, 150),
     # 2**53 mJ is 1 kW for 285 years; past it a JSON reader loses integer precision.
     Metric("energy", "mJ", "energy used since the driver was loaded (NVML total energy consumption)", 0, 2**53),
-    Metric("pcie_replay", "count", "PCIe replays since the driver was loaded (pcie.link.replay counter)", 0, 2**53),
+    Metric("pcie_replay", "count", "PCIe replays since the driver was loaded (nvidia-smi -q: Replays Since Reset)", 0, 2**53),
 )
 OPTIONAL_GPU_METRIC_NAMES = tuple(m.name for m in OPTIONAL_GPU_METRICS)
 # The optional per-node "host" readings, validated the same way.
