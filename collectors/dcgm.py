@@ -235,6 +235,7 @@ class DcgmSource:
         # Per GPU, what its Xid fields said at the previous sample: an Xid is
         # reported when they change, and the first sample after a start is the
         # baseline, since DCGM cannot say when the code it holds happened.
+        self._baselined: set[tuple[str, str | int]] = set()  # GPUs seen in an earlier sample
         self._last_xid: dict[tuple[str, str | int], int] = {}
         self._last_xid_counts: dict[tuple[str, str | int], dict[int, float]] = {}
         self._dropping: dict[str, str] = {}  # node -> why its samples are dropped, logged once
@@ -321,13 +322,10 @@ class DcgmSource:
             reading["k8s"] = gpu["k8s"]
         gpu_key = (node, gpu["uuid"] or index)
         code = values.get(XID_FIELD)
+        changed = [] if code is None else self._changed_xid(gpu_key, int(code))
         counts = next((gpu["xid_counts"][name] for name in XID_COUNTS if name in gpu["xid_counts"]), None)
-        if counts is not None:
-            reading["xid"] = self._counted_xids(gpu_key, counts)
-        elif code is not None:
-            reading["xid"] = self._changed_xid(gpu_key, int(code))
-        else:
-            reading["xid"] = []
+        reading["xid"] = changed if counts is None else self._counted_xids(gpu_key, counts)
+        self._baselined.add(gpu_key)
         if code == XID_FALLEN_OFF_BUS:
             # DCGM may keep serving the last values it read; a lost GPU reports none.
             reading.update(dict.fromkeys(GPU_METRIC_NAMES + OPTIONAL_GPU_METRIC_NAMES), lost=True, throttle=None)
@@ -344,10 +342,12 @@ class DcgmSource:
     def _counted_xids(self, gpu_key: tuple, counts: dict[int, float]) -> list[int]:
         """Report each code whose count rose since the previous sample; a series new since then counts from 0.
 
-        A count that fell (a restarted exporter, or an event leaving the
-        windowed count's window) is the new baseline, reporting nothing.
+        The exporter serves no count series for a GPU before its first Xid, so
+        a GPU seen before without one also counts from 0. A count that fell (a
+        restarted exporter, or an event leaving the windowed count's window)
+        is the new baseline, reporting nothing.
         """
-        previous = self._last_xid_counts.get(gpu_key)
+        previous = self._last_xid_counts.get(gpu_key, {} if gpu_key in self._baselined else None)
         self._last_xid_counts[gpu_key] = counts
         if previous is None:
             return []

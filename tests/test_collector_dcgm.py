@@ -134,12 +134,25 @@ def test_the_exporters_xid_counter_is_used_when_served_and_sees_a_repeated_code(
     source = DcgmSource(exporter.url, interval=1.0)
     exporter.body = with_counts({48: 1})
     assert gpus_of(source.sample()[0])[3]["xid"] == []  # the baseline
+    assert gpus_of(source.sample()[0])[3]["xid"] == []
     exporter.body = with_counts({48: 2})  # 48 again: the last-Xid field cannot show it, the count does
     assert gpus_of(source.sample()[0])[3]["xid"] == [48]
     exporter.body = with_counts({48: 2, 13: 1})  # a series that appears counts from 0
     assert gpus_of(source.sample()[0])[3]["xid"] == [13]
     exporter.body = with_counts({48: 2, 13: 1})
     assert gpus_of(source.sample()[0])[3]["xid"] == []
+
+
+def test_the_first_xid_count_series_of_a_gpu_already_seen_is_an_event(exporter):
+    # The exporter serves no count series for a GPU before its first Xid since it started.
+    labels = ('gpu="5",UUID="GPU-a2c7e5f1-3b98-4d0c-9e6a-b1f4c8d2e573",modelName="NVIDIA H100 80GB HBM3",'
+              f'Hostname="{HOST}"')
+    source = DcgmSource(exporter.url, interval=1.0)
+    source.sample()
+    exporter.body = (with_value(RECORDED, 5, "31") + "# TYPE DCGM_EXP_XID_ERRORS_TOTAL counter\n"
+                     f'DCGM_EXP_XID_ERRORS_TOTAL{{{labels},xid="31"}} 1\n')
+    gpu = gpus_of(source.sample()[0])
+    assert gpu[5]["xid"] == [31] and gpu[3]["xid"] == []
 
 
 def test_xid_79_marks_the_gpu_lost_with_null_readings_and_keeps_the_others(exporter):
