@@ -2,30 +2,56 @@
 
 Sites that already run DCGM get gpulse's live view, benchmarks and alerts
 without giving the collector NVML access. One GET of the exporter's /metrics
-per interval becomes one version-1 sample per host (its ``Hostname`` label),
-in the same units as the nvml source: DCGM's MiB become bytes, W, °C, MHz, %
-and bytes/s pass through. A field the exporter does not serve is None (null),
-never 0. dcgm-exporter's default counters lack a few readings (power limit,
-clock event reasons, ECC); add them to its counters CSV to get them here.
+per interval becomes one version-1 sample per host (its ``hostname`` label,
+``Hostname`` in older releases), in the same units as the nvml source:
+DCGM's MiB become bytes, W, °C, MHz, %, mJ and bytes/s pass through. A field
+the exporter does not serve, or serves as one of DCGM's blank values, is None
+(null), never 0 and never the blank's 9.2e18. dcgm-exporter's default counters
+lack a few readings (power limit, clock event reasons, ECC); add them to its
+counters CSV to get them here.
 """
 
+import ipaddress
+import logging
 import math
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.sources import SourceUnavailable
-from gpulse.schema import GPU_METRIC_NAMES, SCHEMA_VERSION
+from gpulse.schema import (
+    GPU_METRIC_NAMES,
+    MAX_XID,
+    OPTIONAL_GPU_METRIC_NAMES,
+    SCHEMA_VERSION,
+    MalformedSample,
+    validate,
+)
 from gpulse.throttle import throttle_reasons
+
+log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 KIB = 1024
 DEFAULT_TIMEOUT = 5.0  # s; a longer interval still notices a hung exporter within this
 MAX_PAYLOAD = 32 * MIB  # a misdirected URL cannot make the collector read without end
 XID_FALLEN_OFF_BUS = 79  # "GPU has fallen off the bus": NVML would answer GPU_IS_LOST
+
+# DCGM's "no value" markers (dcgm_structs.h): BLANK, then NOT_FOUND,
+# NOT_SUPPORTED and NOT_PERMISSIONED, for each field type. The exporter prints
+# them as plain numbers, an int64 one either exactly or as 9.223372036854776e+18,
+# which is 2**63 once read as a float. A genuine reading equal to one of them
+# (an energy counter passing 2147483632 mJ) is lost for that one sample.
+_INT32_BLANK = 0x7FFFFFF0
+_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+_FP64_BLANK = 140737488355328  # 2**47
+BLANKS = frozenset(
+    [base + offset for base in (_INT32_BLANK, _INT64_BLANK, _FP64_BLANK) for offset in range(4)] + [2**63]
+)
 
 
 def _mib(value: float) -> int:
@@ -62,6 +88,9 @@ FIELDS = {
     "pcie_rx": (("DCGM_FI_PROF_PCIE_RX_BYTES", _rate), ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", _kib)),
     "nvlink_tx": (("DCGM_FI_PROF_NVLINK_TX_BYTES", _rate),),
     "nvlink_rx": (("DCGM_FI_PROF_NVLINK_RX_BYTES", _rate),),
+    "mem_temp": (("DCGM_FI_DEV_MEMORY_TEMP", int),),
+    "energy": (("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", int),),
+    "pcie_replay": (("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", int),),
 }
 # Framebuffer total is not among the default counters: used + free + reserved
 # is what NVML's v2 memory info calls total.
@@ -70,12 +99,24 @@ FB_TOTAL, FB_USED, FB_FREE, FB_RESERVED = (
 )
 # NVML's clock event reasons bitmask (DCGM renamed the field in 3.3).
 THROTTLE_FIELDS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+# The last Xid code DCGM saw on the GPU, with no time: a repeat of the same
+# code leaves it unchanged.
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
+# dcgm-exporter's own Xid counts, one series per code (an ``xid`` label), when
+# its counters CSV enables them: the total since the exporter started, or the
+# count within its --xid-count-window-size. They do see a repeated code.
+XID_COUNTS = ("DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_EXP_XID_ERRORS_COUNT")
+# The node: newer dcgm-exporter releases write ``hostname``, older ones ``Hostname``.
+HOST_LABELS = ("hostname", "Hostname")
+# The Kubernetes workload on the GPU (dcgm-exporter's pod mapping); older
+# releases spelled them pod_name, pod_namespace and container_name.
+K8S_LABELS = {"pod": ("pod", "pod_name"), "namespace": ("namespace", "pod_namespace"),
+              "container": ("container", "container_name")}
 
 _WANTED = (
     {dcgm for choices in FIELDS.values() for dcgm, _ in choices}
     | {FB_TOTAL, FB_USED, FB_FREE, FB_RESERVED, XID_FIELD}
-    | set(THROTTLE_FIELDS)
+    | set(THROTTLE_FIELDS) | set(XID_COUNTS)
 )
 
 
@@ -84,12 +125,36 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def parse_exposition(text: str) -> dict[tuple[str, int], dict]:
-    """Return {(host, gpu index): {"uuid", "name", "values": {DCGM field: value}}} from exporter text.
+def _label(labels: dict, names: tuple[str, ...]) -> str:
+    return next((labels[name] for name in names if labels.get(name)), "")
 
-    A host is its ``Hostname`` label ("" when the exporter sends none). Series
-    of MIG instances (a ``GPU_I_ID`` label) are skipped: gpulse reports whole
-    GPUs, and one instance's memory is not the GPU's.
+
+def _k8s(labels: dict) -> dict | None:
+    workload = {key: _label(labels, names) or None for key, names in K8S_LABELS.items()}
+    return workload if any(workload.values()) else None
+
+
+def is_remote(url: str) -> bool:
+    """Return whether ``url`` names another machine: neither localhost nor a loopback address."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name other than localhost
+        return True
+
+
+def parse_exposition(text: str) -> dict[tuple[str, int], dict]:
+    """Return {(host, gpu index): {"uuid", "name", "k8s", "values", "xid_counts"}} from exporter text.
+
+    ``values`` maps a DCGM field to its number, ``xid_counts`` one of
+    XID_COUNTS to {Xid code: count}. A host is its ``hostname`` (or
+    ``Hostname``) label, "" when the exporter sends neither. A blank (BLANKS)
+    or non-finite value is left out, as if the exporter had not served it.
+    Series of MIG instances (a ``GPU_I_ID`` label) are skipped: gpulse reports
+    whole GPUs, and one instance's memory is not the GPU's. A GPU shared by
+    several pods reports the first pod the exporter lists.
     """
     gpus: dict[tuple[str, int], dict] = {}
     try:
@@ -109,12 +174,29 @@ def parse_exposition(text: str) -> dict[tuple[str, int], dict]:
             except ValueError:
                 continue
             gpu = gpus.setdefault(
-                (labels.get("Hostname", ""), index),
-                {"uuid": labels.get("UUID"), "name": labels.get("modelName"), "values": {}},
+                (_label(labels, HOST_LABELS), index),
+                {"uuid": labels.get("UUID"), "name": labels.get("modelName"), "k8s": _k8s(labels),
+                 "values": {}, "xid_counts": {}},
             )
-            if math.isfinite(sample.value):
-                gpu["values"].setdefault(family.name, sample.value)
+            value = sample.value
+            if value in BLANKS or not math.isfinite(value):
+                continue
+            if family.name in XID_COUNTS:
+                code = _xid_code(labels.get("xid"))
+                if code is not None:
+                    gpu["xid_counts"].setdefault(family.name, {})[code] = value
+            else:
+                gpu["values"].setdefault(family.name, value)
     return gpus
+
+
+def _xid_code(text) -> int | None:
+    """Return the Xid code of an ``xid`` label, None where it is not one."""
+    try:
+        code = int(text)
+    except (TypeError, ValueError):
+        return None
+    return code if 0 < code <= MAX_XID else None
 
 
 def _mem_total(values: dict) -> int | None:
@@ -140,7 +222,7 @@ class DcgmSource:
     def __init__(self, url: str, interval: float, node_name: str | None = None, timeout: float | None = None):
         """Read ``url`` (e.g. http://localhost:9400/metrics) at each sample().
 
-        ``node_name`` names the node instead of the exporter's Hostname label,
+        ``node_name`` names the node instead of the exporter's hostname label,
         for a single-host exporter whose label is not the node's name (in
         Kubernetes, the exporter pod's name unless it is given NODE_NAME).
         """
@@ -148,9 +230,15 @@ class DcgmSource:
         self.interval = interval
         self.node_name = node_name
         self.timeout = min(interval, DEFAULT_TIMEOUT) if timeout is None else timeout
-        # The last XID code seen per GPU: DCGM's field holds the last XID until
-        # the host engine restarts, and an XID is reported once, when it appears.
+        self.remote = is_remote(url)
+        self._warned_unlabelled = False
+        # Per GPU, what its Xid fields said at the previous sample: an Xid is
+        # reported when they change, and the first sample after a start is the
+        # baseline, since DCGM cannot say when the code it holds happened.
+        self._baselined: set[tuple[str, str | int]] = set()  # GPUs seen in an earlier sample
         self._last_xid: dict[tuple[str, str | int], int] = {}
+        self._last_xid_counts: dict[tuple[str, str | int], dict[int, float]] = {}
+        self._dropping: dict[str, str] = {}  # node -> why its samples are dropped, logged once
 
     def fetch(self) -> str:
         try:
@@ -181,15 +269,44 @@ class DcgmSource:
             )
         by_node: dict[str, list[dict]] = {}
         for (host, index), gpu in sorted(gpus.items()):
-            # Old exporters send no Hostname label; they run on the node they describe.
-            node = self.node_name or host or socket.gethostname()
+            node = self.node_name or host or self._unlabelled_node()
             by_node.setdefault(node, []).append(self._gpu(node, index, gpu))
-        return [
+        samples = [
             {"v": SCHEMA_VERSION, "node": node, "ts": ts, "interval": self.interval, "gpus": readings,
              # The exporter reports GPUs only, and this collector may run on another machine.
              "host": None}
             for node, readings in by_node.items()
         ]
+        return [sample for sample in samples if self._publishable(sample)]
+
+    def _unlabelled_node(self) -> str:
+        """Name a node whose exporter sends no hostname label: old exporters run on the node they describe."""
+        if self.remote and not self._warned_unlabelled:
+            self._warned_unlabelled = True
+            log.warning("dcgm: %s sends no hostname label; its GPUs are reported as this machine's (%s). "
+                        "Give --node-name, or the exporter a hostname label, to name its node",
+                        self.url, socket.gethostname())
+        return socket.gethostname()
+
+    def _publishable(self, sample: dict) -> bool:
+        """Range check the sample against the contract, nulling what is out of range; drop what still fails.
+
+        Whatever passes is encodable: validate() leaves no number outside a
+        Metric range, so none overflows JSON's 64-bit integers. A sample it
+        rejects would be rejected by ingest too; the reason is logged once per
+        node, not every interval.
+        """
+        node = sample["node"]
+        try:
+            validate(sample)
+        except MalformedSample as exc:
+            if self._dropping.get(node) != str(exc):
+                self._dropping[node] = str(exc)
+                log.warning("dcgm: %s: dropping the sample of node %r: %s", self.url, node, exc)
+            return False
+        if self._dropping.pop(node, None) is not None:
+            log.info("dcgm: %s: node %r sends valid samples again", self.url, node)
+        return True
 
     def _gpu(self, node: str, index: int, gpu: dict) -> dict:
         values = gpu["values"]
@@ -201,17 +318,40 @@ class DcgmSource:
         reading["mem_total"] = _mem_total(values)
         reading["throttle"] = _throttle(values)
         reading["processes"] = None  # dcgm-exporter does not list processes
+        if gpu["k8s"] is not None:
+            reading["k8s"] = gpu["k8s"]
+        gpu_key = (node, gpu["uuid"] or index)
         code = values.get(XID_FIELD)
-        reading["xid"] = [] if code is None else self._new_xid(node, gpu["uuid"] or index, int(code))
+        changed = [] if code is None else self._changed_xid(gpu_key, int(code))
+        counts = next((gpu["xid_counts"][name] for name in XID_COUNTS if name in gpu["xid_counts"]), None)
+        reading["xid"] = changed if counts is None else self._counted_xids(gpu_key, counts)
+        self._baselined.add(gpu_key)
         if code == XID_FALLEN_OFF_BUS:
             # DCGM may keep serving the last values it read; a lost GPU reports none.
-            reading.update(dict.fromkeys(GPU_METRIC_NAMES), lost=True, throttle=None)
+            reading.update(dict.fromkeys(GPU_METRIC_NAMES + OPTIONAL_GPU_METRIC_NAMES), lost=True, throttle=None)
         return reading
 
-    def _new_xid(self, node: str, gpu_id: str | int, code: int) -> list[int]:
-        previous = self._last_xid.get((node, gpu_id))
-        self._last_xid[(node, gpu_id)] = code
-        return [code] if code and code != previous else []
+    def _changed_xid(self, gpu_key: tuple, code: int) -> list[int]:
+        """Report the last-Xid field's code when it differs from the previous sample's (a repeat is invisible)."""
+        previous = self._last_xid.get(gpu_key)
+        self._last_xid[gpu_key] = code
+        if previous is None or code == previous or not 0 < code <= MAX_XID:
+            return []
+        return [code]
+
+    def _counted_xids(self, gpu_key: tuple, counts: dict[int, float]) -> list[int]:
+        """Report each code whose count rose since the previous sample; a series new since then counts from 0.
+
+        The exporter serves no count series for a GPU before its first Xid, so
+        a GPU seen before without one also counts from 0. A count that fell (a
+        restarted exporter, or an event leaving the windowed count's window)
+        is the new baseline, reporting nothing.
+        """
+        previous = self._last_xid_counts.get(gpu_key, {} if gpu_key in self._baselined else None)
+        self._last_xid_counts[gpu_key] = counts
+        if previous is None:
+            return []
+        return sorted(code for code, count in counts.items() if count > previous.get(code, 0))
 
     def close(self) -> None:
         """Nothing to release: each sample opens and closes its own connection."""

@@ -19,7 +19,7 @@ import psutil
 import pynvml
 
 from collectors.sources import SourceUnavailable
-from gpulse.schema import GPU_METRIC_NAMES, SCHEMA_VERSION
+from gpulse.schema import GPU_METRIC_NAMES, OPTIONAL_GPU_METRIC_NAMES, SCHEMA_VERSION
 from gpulse.throttle import throttle_reasons
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,8 @@ def _bytes(kib: int | None) -> int | None:
 def _null_gpu(index: int, uuid: str | None, name: str | None) -> dict:
     return {
         "index": index, "uuid": uuid, "name": name, "lost": False,
-        **dict.fromkeys(GPU_METRIC_NAMES), "throttle": None, "xid": [], "processes": None,
+        **dict.fromkeys(GPU_METRIC_NAMES + OPTIONAL_GPU_METRIC_NAMES), "throttle": None, "xid": [],
+        "processes": None,
     }
 
 
@@ -126,6 +127,21 @@ def _describe_process(pid: int, mem_used: int | None) -> dict:
     except psutil.Error:
         name = user = None
     return {"pid": pid, "name": name, "user": user, "mem_used": mem_used}
+
+
+# nvmlFieldValue_t's valueType -> the member of its value union that holds it.
+_FIELD_MEMBERS = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+}
+
+
+def _field_value(values) -> int | float | None:
+    """Return the one field value NVML answered, None where it did not."""
+    if values is None or values[0].nvmlReturn != pynvml.NVML_SUCCESS or values[0].valueType not in _FIELD_MEMBERS:
+        return None
+    return getattr(values[0].value, _FIELD_MEMBERS[values[0].valueType])
 
 
 def _counter_sum(values) -> int | None:
@@ -246,6 +262,14 @@ class _Gpu:
             "nvlink_tx": nvlink_tx,
             "nvlink_rx": nvlink_rx,
             "processes": self._processes(),
+            # temperature.memory (°C; HBM boards): NVML has it as a field value only
+            "mem_temp": _field_value(
+                nvml_query(pynvml.nvmlDeviceGetFieldValues, handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP])
+            ),
+            # no nvidia-smi query field; nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded)
+            "energy": nvml_query(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle),
+            # nvidia-smi -q: PCI "Replays Since Reset"
+            "pcie_replay": nvml_query(pynvml.nvmlDeviceGetPcieReplayCounter, handle),
         }
 
     def _xids(self) -> list[int]:

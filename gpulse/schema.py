@@ -1,6 +1,6 @@
 """Telemetry sample, version 1: the one format every source produces.
 
-Units: bytes, bytes/s, W, °C, MHz, %. A metric the GPU does not support is
+Units: bytes, bytes/s, W, °C, MHz, %, mJ. A metric the GPU does not support is
 None (JSON null), never 0. A GPU that fell off the bus stays in the list with
 ``lost: True`` and every reading None.
 
@@ -52,6 +52,15 @@ GPU_METRICS = (
     Metric("nvlink_rx", "bytes/s", "NVLink receive throughput, all links", 0, 1e13),
 )
 GPU_METRIC_NAMES = tuple(m.name for m in GPU_METRICS)
+# Readings added after version 1 first shipped: a source may leave them out
+# (absent reads as null), and readers must not require them.
+OPTIONAL_GPU_METRICS = (
+    Metric("mem_temp", "°C", "memory (HBM) temperature (temperature.memory)", -40, 150),
+    # 2**53 mJ is 1 kW for 285 years; past it a JSON reader loses integer precision.
+    Metric("energy", "mJ", "energy used since the driver was loaded (NVML total energy consumption)", 0, 2**53),
+    Metric("pcie_replay", "count", "PCIe replays since the driver was loaded (nvidia-smi -q: Replays Since Reset)", 0, 2**53),
+)
+OPTIONAL_GPU_METRIC_NAMES = tuple(m.name for m in OPTIONAL_GPU_METRICS)
 # The optional per-node "host" readings, validated the same way.
 HOST_METRICS = (
     Metric("cpu_util", "%", "host CPU utilization", 0, 100),
@@ -69,6 +78,9 @@ NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}")
 MAX_GPUS = 256
 MAX_GPU_INDEX = 255
 MAX_TEXT = 128  # uuid, model name, process name and user
+# The optional per-GPU "k8s" object: the workload on the GPU, for usage attribution.
+K8S_KEYS = frozenset(("pod", "namespace", "container"))
+MAX_K8S_NAME = 253  # Kubernetes' longest object name (a DNS subdomain)
 MAX_XIDS = 64
 MAX_XID = 2**31 - 1
 MAX_PROCESSES = 1024
@@ -103,7 +115,7 @@ def _show(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-_GPU_BOUNDS = tuple((m.name, m.low, m.high) for m in GPU_METRICS)
+_GPU_BOUNDS = tuple((m.name, m.low, m.high) for m in GPU_METRICS + OPTIONAL_GPU_METRICS)
 _HOST_BOUNDS = tuple((m.name, m.low, m.high) for m in HOST_METRICS)
 _KNOWN_THROTTLE = frozenset(THROTTLE_REASONS)
 _NUMBERS = frozenset((int, float))
@@ -172,6 +184,14 @@ def _check_lists(gpu: dict, node: str, index: int) -> int:
     if processes is not None and type(processes) is not list:
         raise MalformedSample(f"node {node} GPU {index}: 'processes' is not a list: {_show(processes)}")
     return 0
+
+
+def _check_k8s(k8s, where: str) -> None:
+    if type(k8s) is not dict or not k8s.keys() <= K8S_KEYS:
+        raise MalformedSample(f"{where}: 'k8s' is not an object of pod, namespace and container: {_show(k8s)}")
+    for key, name in k8s.items():
+        if name is not None and (type(name) is not str or len(name) > MAX_K8S_NAME):
+            raise MalformedSample(f"{where}: k8s {key!r} is not a string of at most {MAX_K8S_NAME} characters or null")
 
 
 def _check_identity(gpu: dict, where: str) -> None:
@@ -270,6 +290,9 @@ def validate(sample) -> int:
                 or model is not None and (type(model) is not str or len(model) > max_text)
                 or lost is not None and type(lost) is not bool):
             _check_identity(gpu, f"node {node} GPU {index}")
+        k8s = get("k8s")
+        if k8s is not None:
+            _check_k8s(k8s, f"node {node} GPU {index}")
     host = sample.get("host")
     if host is not None:
         if type(host) is not dict:

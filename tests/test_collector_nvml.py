@@ -21,7 +21,7 @@ from tests import fake_nvml
 REPO = Path(__file__).resolve().parent.parent
 MISSING_PID = 999_999_999  # above any pid_max, so never a live process
 ALL_READINGS = ["util", "memory", "temp", "power", "power_limit", "clocks", "fan", "throttle", "ecc", "pcie",
-                "nvlink", "events", "procs"]
+                "nvlink", "events", "procs", "energy", "pcie_replay", "mem_temp"]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,8 @@ def only_sample(source) -> dict:
 
 
 def assert_all_readings_null(gpu):
-    assert {name: gpu[name] for name in schema.GPU_METRIC_NAMES} == dict.fromkeys(schema.GPU_METRIC_NAMES)
+    readings = schema.GPU_METRIC_NAMES + schema.OPTIONAL_GPU_METRIC_NAMES
+    assert {name: gpu[name] for name in readings} == dict.fromkeys(readings)
     assert gpu["throttle"] is None
     assert gpu["processes"] is None
 
@@ -100,7 +101,11 @@ def test_it_reports_every_reading_in_schema_units(open_source):
         "nvlink_tx": None,  # a rate needs two reads of the counters
         "nvlink_rx": None,
         "processes": [],
+        "mem_temp": 70,  # °C, the NVML_FI_DEV_MEMORY_TEMP field
+        "energy": 48213775401,  # mJ since the driver loaded
+        "pcie_replay": 0,
     }
+    assert (gpu1["mem_temp"], gpu1["energy"], gpu1["pcie_replay"]) == (71, 48213775402, 1)
     assert (gpu1["index"], gpu1["util"], gpu1["temp"], gpu1["power"], gpu1["fan"]) == (1, 91, 61, 613.4, 41)
     assert gpu1["mem_used"] == 61203283968 + 2**30
     assert gpu1["ecc_uncorrected"] == 1  # uncorrected volatile; other counters answer 1000+

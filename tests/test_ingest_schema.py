@@ -42,6 +42,11 @@ def test_a_collector_sample_passes_unchanged():
     ("index", 256, "GPU index 256 is not"),
     ("index", 40000, "GPU index 40000 is not"),
     ("index", None, "GPU index None is not"),
+    ("energy", "48213775401", "'energy' is not a number"),
+    ("k8s", "llama-ft", "'k8s' is not an object"),
+    ("k8s", {"pod": "p", "node": "n"}, "'k8s' is not an object of pod, namespace and container"),
+    ("k8s", {"pod": 7}, "k8s 'pod' is not a string"),
+    ("k8s", {"namespace": "n" * 254}, "k8s 'namespace' is not a string of at most 253"),
 ])
 def test_a_gpu_field_of_the_wrong_type_or_bound_rejects_the_entry(field, value, reason):
     entry = sample("n1", gpus=2)
@@ -111,12 +116,13 @@ def test_not_json_rejects_the_entry():
     ("util", 1.85e19), ("util", 100.5), ("temp", -41), ("temp", 1000), ("power", 6000.0), ("power", -1),
     ("sm_clock", 1.85e19), ("mem_clock", 20_001), ("mem_used", 2e15), ("pcie_tx", -5), ("fan", 101),
     ("ecc_uncorrected", -1), ("util", math.nan),
+    ("mem_temp", 9.223372036854776e18), ("energy", 2**63 - 14), ("energy", -1), ("pcie_replay", 2**54),
 ])
 def test_one_reading_out_of_range_becomes_null_and_is_counted(field, value):
     entry = sample("n1", gpus=2)
     entry["gpus"][1][field] = value
     assert schema.validate(entry) == 1
-    assert entry["gpus"][1][field] is None and entry["gpus"][0][field] == gpu(0)[field]
+    assert entry["gpus"][1][field] is None and entry["gpus"][0].get(field) == gpu(0).get(field)
 
 
 def test_nan_infinity_and_1e400_in_the_json_become_null_and_are_counted():
@@ -135,7 +141,17 @@ def test_host_and_process_readings_out_of_range_are_nulled_and_counted():
     assert nulled == 2 and parsed["host"]["cpu_util"] is None and parsed["gpus"][0]["processes"][0]["mem_used"] is None
 
 
+def test_the_optional_readings_and_workload_pass_and_may_be_left_out():
+    full = sample("n1", gpus=2)
+    full["gpus"][0].update(mem_temp=71, energy=48213775401, pcie_replay=3,
+                           k8s={"pod": "llama-ft-7f9c4-x2k8z", "namespace": "ml-team", "container": None})
+    parsed, nulled = schema.read(schema.encode(full))
+    assert parsed == full and nulled == 0
+    assert not set(schema.OPTIONAL_GPU_METRIC_NAMES) & set(schema.GPU_METRIC_NAMES)
+
+
 def test_every_reading_documents_its_range():
-    assert all(metric.low < metric.high for metric in schema.GPU_METRICS + schema.HOST_METRICS)
+    assert all(metric.low < metric.high
+               for metric in schema.GPU_METRICS + schema.OPTIONAL_GPU_METRICS + schema.HOST_METRICS)
     temp = next(metric for metric in schema.GPU_METRICS if metric.name == "temp")
     assert (temp.low, temp.high) == (-40, 150)

@@ -2,6 +2,7 @@
 
 import re
 import uuid
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,20 +28,20 @@ def readme_verify():
     return namespace["verify"]
 
 
-def alert_event(kind="firing", gpu=3) -> Event:
+def alert_event(kind="firing", gpu=3, rule_name="GPU temperature high", reason="held 60 s") -> Event:
     start = datetime(2025, 11, 24, 16, 0, tzinfo=UTC)
     return Event(
         event_id=uuid.uuid4(),
         kind=kind,
         rule_id=7,
-        rule_name="GPU temperature high",
+        rule_name=rule_name,
         condition="gpu.temp > 85 for 60 s",
         severity="critical",
         node="gpu-01",
         gpu=gpu,
         value=91.0 if kind != "resolved" else 70.0,
         fingerprint="0123456789abcdef",
-        reason="held 60 s",
+        reason=reason,
         starts_at=start,
         ends_at=start + timedelta(minutes=5) if kind == "resolved" else None,
         created=start,
@@ -104,29 +105,159 @@ def test_each_attempt_is_logged_without_the_secret(receiver, allow_private):  # 
         assert SECRET not in repr(row)
 
 
+# Alertmanager's webhook model, field by field from its Go source:
+# notify/webhook/webhook.go  type Message struct { *template.Data; Version string `json:"version"`;
+#                              GroupKey string `json:"groupKey"`; TruncatedAlerts uint64 `json:"truncatedAlerts"` }
+# template/template.go       type Data struct { Receiver string `json:"receiver"`; Status string `json:"status"`;
+#                              Alerts Alerts `json:"alerts"`; GroupLabels, CommonLabels, CommonAnnotations KV
+#                              (`json:"groupLabels"` ...); ExternalURL string `json:"externalURL"` }
+#                            type Alert struct { Status string; Labels, Annotations KV; StartsAt, EndsAt time.Time;
+#                              GeneratorURL string; Fingerprint string }  (json: status, labels, annotations,
+#                              startsAt, endsAt, generatorURL, fingerprint); type KV map[string]string
+GO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z")
+
+
+def go_kv(value) -> dict:
+    assert isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    return value
+
+
+def go_time_value(value) -> str:
+    """A time.Time as Go marshals it: RFC 3339 in UTC, the fraction without trailing zeros."""
+    assert isinstance(value, str) and GO_TIME.fullmatch(value), value
+    assert not value.endswith("0Z") or "." not in value, f"Go drops the fraction's trailing zeros: {value}"
+    datetime.fromisoformat(value)
+    return value
+
+
+def go_string(value) -> str:
+    assert isinstance(value, str)
+    return value
+
+
+def go_uint64(value) -> int:
+    assert isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64
+    return value
+
+
+@dataclass
+class AmAlert:
+    status: str
+    labels: dict
+    annotations: dict
+    startsAt: str
+    endsAt: str
+    generatorURL: str
+    fingerprint: str
+
+
+@dataclass
+class AmMessage:
+    receiver: str
+    status: str
+    alerts: list
+    groupLabels: dict
+    commonLabels: dict
+    commonAnnotations: dict
+    externalURL: str
+    version: str
+    groupKey: str
+    truncatedAlerts: int
+
+
+TYPES = {"status": go_string, "labels": go_kv, "annotations": go_kv, "startsAt": go_time_value,
+         "endsAt": go_time_value, "generatorURL": go_string, "fingerprint": go_string, "receiver": go_string,
+         "groupLabels": go_kv, "commonLabels": go_kv, "commonAnnotations": go_kv, "externalURL": go_string,
+         "version": go_string, "groupKey": go_string, "truncatedAlerts": go_uint64}
+
+
+def decode(model, data: dict):
+    """Decode as Go would, refusing what Go would silently drop (an unknown field) or zero (a missing one)."""
+    names = [f.name for f in fields(model)]
+    assert sorted(data) == sorted(names), f"{model.__name__}: fields {sorted(data)} are not {sorted(names)}"
+    values = {name: TYPES[name](data[name]) for name in names if name != "alerts"}
+    if "alerts" in names:
+        assert isinstance(data["alerts"], list)
+        values["alerts"] = [decode(AmAlert, alert) for alert in data["alerts"]]
+    return model(**values)
+
+
+def encode(message) -> dict:
+    out = {f.name: getattr(message, f.name) for f in fields(message)}
+    if "alerts" in out:
+        out["alerts"] = [encode(alert) for alert in out["alerts"]]
+    return out
+
+
+def alertmanager_message(event: Event) -> dict:
+    payload = orjson.loads(FORMATS["alertmanager"].render(event, "ops"))
+    assert encode(decode(AmMessage, payload)) == payload  # round-trips through the model
+    assert payload["status"] in ("firing", "resolved")
+    return payload
+
+
 def test_alertmanager_payload_follows_webhook_v4(settings):
     settings.GPULSE_EXTERNAL_URL = "https://gpulse.example.com/"
-    firing = orjson.loads(FORMATS["alertmanager"].render(alert_event("firing"), "ops"))
+    firing = alertmanager_message(alert_event("firing"))
     assert firing["version"] == "4" and firing["status"] == "firing" and firing["receiver"] == "ops"
     assert firing["groupLabels"] == {"alertname": "GPU temperature high"}
     assert firing["commonLabels"] == {"alertname": "GPU temperature high", "node": "gpu-01", "gpu": "3", "severity": "critical"}
     assert firing["externalURL"] == "https://gpulse.example.com"
-    assert firing["groupKey"].startswith('{}:{alertname="GPU temperature high"}')
+    assert firing["groupKey"] == ('{}:{alertname="GPU temperature high"}/'
+                                  '{alertname="GPU temperature high", gpu="3", node="gpu-01", severity="critical"}')
     [alert] = firing["alerts"]
     assert alert["status"] == "firing" and alert["fingerprint"] == "0123456789abcdef"
-    assert alert["startsAt"] == "2025-11-24T16:00:00.000Z" and alert["endsAt"] == ZERO_TIME
+    assert alert["startsAt"] == "2025-11-24T16:00:00Z" and alert["endsAt"] == ZERO_TIME
     assert alert["annotations"]["summary"] == "GPU temperature high on gpu-01 GPU 3"
     assert "gpu.temp > 85" in alert["annotations"]["description"]
     assert alert["generatorURL"] == "https://gpulse.example.com/alerts/"
-    resolved = orjson.loads(FORMATS["alertmanager"].render(alert_event("resolved", gpu=None), "ops"))
-    assert resolved["status"] == "resolved" and resolved["alerts"][0]["endsAt"] == "2025-11-24T16:05:00.000Z"
+    resolved = alertmanager_message(alert_event("resolved", gpu=None))
+    assert resolved["status"] == "resolved" and resolved["alerts"][0]["endsAt"] == "2025-11-24T16:05:00Z"
     assert "gpu" not in resolved["alerts"][0]["labels"]
 
 
-def test_slack_and_gpulse_payloads():
+def test_alertmanager_group_key_quotes_label_values_as_go_does(settings):
+    settings.GPULSE_EXTERNAL_URL = "https://gpulse.example.com"
+    message = alertmanager_message(alert_event(rule_name='say "hot" \\ now\n'))
+    assert message["groupKey"].startswith(r'{}:{alertname="say \"hot\" \\ now\n"}/{alertname="say \"hot\" \\ now\n", ')
+    assert message["groupLabels"] == {"alertname": 'say "hot" \\ now\n'}
+
+
+def test_alertmanager_urls_are_empty_not_relative_without_an_external_url(settings):
+    settings.GPULSE_EXTERNAL_URL = ""
+    message = alertmanager_message(alert_event())
+    assert message["externalURL"] == "" and message["alerts"][0]["generatorURL"] == ""
+
+
+def test_go_time_keeps_only_the_significant_fraction(settings):
+    event = replace(alert_event(), starts_at=datetime(2025, 11, 24, 16, 0, 1, 250000, tzinfo=UTC))
+    assert alertmanager_message(event)["alerts"][0]["startsAt"] == "2025-11-24T16:00:01.25Z"
+
+
+def test_slack_escapes_names_so_channel_mentions_do_not_ping(settings):
+    settings.GPULSE_EXTERNAL_URL = ""
+    event = alert_event(rule_name="<!channel> & <@U024BE7LH>", reason="gpu.temp > 85 for 60 s (now 91), held 60 s")
+    raw = FORMATS["slack"].render(event, "ops")
+    assert b"<!" not in raw and b"<@" not in raw
+    slack = orjson.loads(raw)
+    assert slack["text"].startswith("[FIRING] &lt;!channel&gt; &amp; &lt;@U024BE7LH&gt; on gpu-01 GPU 3 (critical)")
+    assert slack["text"].count("gpu.temp &gt; 85") == 1  # the condition once, not twice
+    [section] = slack["blocks"]  # no button without an address to link to
+    assert section["text"]["type"] == "mrkdwn" and "&lt;!channel&gt;" in section["text"]["text"]
+
+
+def test_slack_links_to_the_alerts_page_when_gpulse_has_an_external_url(settings):
+    settings.GPULSE_EXTERNAL_URL = "https://gpulse.example.com/"
     slack = orjson.loads(FORMATS["slack"].render(alert_event("repeat"), "ops"))
-    assert list(slack) == ["text"]
     assert slack["text"].startswith("[STILL FIRING] GPU temperature high on gpu-01 GPU 3 (critical)")
+    section, actions = slack["blocks"]
+    assert section["text"]["text"].startswith("*[STILL FIRING] GPU temperature high on gpu-01 GPU 3 (critical)*\n")
+    [button] = actions["elements"]
+    assert button["type"] == "button" and button["url"] == "https://gpulse.example.com/alerts/"
+    assert button["text"] == {"type": "plain_text", "text": "Open in gpulse"}
+
+
+def test_gpulse_payload():
     native = orjson.loads(FORMATS["gpulse"].render(alert_event("resolved"), "ops"))
     assert (native["kind"], native["status"], native["alert"]["gpu"], native["alert"]["value"]) == ("resolved", "resolved", 3, 70.0)
     assert native["alert"]["ends_at"] == "2025-11-24T16:05:00.000Z"

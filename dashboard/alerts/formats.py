@@ -46,6 +46,9 @@ class Event:
 
     @property
     def description(self) -> str:
+        # The evaluator's reasons mostly start with the condition and its value already.
+        if self.condition in self.reason:
+            return self.reason
         value = "no value" if self.value is None else f"value {self.value:g}"
         return f"{self.condition} ({value}): {self.reason}"
 
@@ -97,8 +100,54 @@ def rfc3339(moment: datetime | None) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def go_time(moment: datetime | None) -> str:
+    """Return ``moment`` as Go's time.Time marshals to JSON (RFC 3339, trailing zeros of the fraction dropped)."""
+    if moment is None:
+        return ZERO_TIME
+    text = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".")
+    return text + "Z"
+
+
+_GO_ESCAPES = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n",
+               "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def go_quote(text: str) -> str:
+    """Return ``text`` quoted as Go's strconv.Quote (%q) does, as Alertmanager writes label values."""
+    out = ['"']
+    for char in text:
+        if char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif char.isprintable():  # Python's printable is Go's unicode.IsPrint: L, M, N, P, S and " "
+            out.append(char)
+        elif ord(char) < 0x80:
+            out.append(f"\\x{ord(char):02x}")
+        elif ord(char) <= 0xFFFF:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(f"\\U{ord(char):08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def label_set(labels: dict[str, str]) -> str:
+    """Return ``labels`` as Prometheus' LabelSet.String(): sorted, name="value" pairs, values Go-quoted."""
+    return "{" + ", ".join(f"{name}={go_quote(value)}" for name, value in sorted(labels.items())) + "}"
+
+
 def external_url() -> str:
     return settings.GPULSE_EXTERNAL_URL.rstrip("/")
+
+
+def alerts_url() -> str | None:
+    """Return the absolute URL of the alerts page, None without GPULSE_EXTERNAL_URL (a path alone links nowhere)."""
+    base = external_url()
+    return f"{base}/alerts/" if base else None
+
+
+def slack_escape(text: str) -> str:
+    """Escape the three characters Slack's mrkdwn reads as markup: a name like <!channel> must not ping anyone."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 class Format:
@@ -141,7 +190,14 @@ class GpulseFormat(Format):
 
 
 class AlertmanagerFormat(Format):
-    """Alertmanager's webhook payload, version 4, with one alert per notification."""
+    """Alertmanager's webhook payload, version 4, with one alert per notification.
+
+    The shape is notify/webhook's Message (template.Data, version, groupKey,
+    truncatedAlerts); times as Go's time.Time writes them. The groupKey is
+    Alertmanager's route key and group labels ("{}:{alertname=...}"), then the
+    alert's own labels, so each alert is its own group; without
+    GPULSE_EXTERNAL_URL the URLs are empty rather than relative.
+    """
 
     name = "alertmanager"
 
@@ -151,11 +207,10 @@ class AlertmanagerFormat(Format):
             labels["gpu"] = str(event.gpu)
         annotations = {"summary": event.summary, "description": event.description}
         group_labels = {"alertname": event.rule_name}
-        label_text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         return orjson.dumps(
             {
                 "version": "4",
-                "groupKey": f'{{}}:{{alertname="{event.rule_name}"}}/{{{label_text}}}',
+                "groupKey": f"{{}}:{label_set(group_labels)}/{label_set(labels)}",
                 "truncatedAlerts": 0,
                 "status": event.status,
                 "receiver": receiver,
@@ -168,9 +223,9 @@ class AlertmanagerFormat(Format):
                         "status": event.status,
                         "labels": labels,
                         "annotations": annotations,
-                        "startsAt": rfc3339(event.starts_at),
-                        "endsAt": rfc3339(event.ends_at),
-                        "generatorURL": f"{external_url()}/alerts/",
+                        "startsAt": go_time(event.starts_at),
+                        "endsAt": go_time(event.ends_at),
+                        "generatorURL": alerts_url() or "",
                         "fingerprint": event.fingerprint,
                     }
                 ],
@@ -179,11 +234,24 @@ class AlertmanagerFormat(Format):
 
 
 class SlackFormat(Format):
+    """A Slack incoming-webhook message: a text fallback, blocks, and a button to the alerts page when gpulse has a URL.
+
+    Every name and reason is escaped for mrkdwn; the button's label is plain text.
+    """
+
     name = "slack"
+    MARKERS = {"firing": "FIRING", "repeat": "STILL FIRING", "resolved": "RESOLVED", "test": "TEST"}
 
     def render(self, event, receiver):
-        marker = {"firing": "FIRING", "repeat": "STILL FIRING", "resolved": "RESOLVED", "test": "TEST"}[event.kind]
-        return orjson.dumps({"text": f"[{marker}] {event.summary} ({event.severity}): {event.description}"})
+        headline = slack_escape(f"[{self.MARKERS[event.kind]}] {event.summary} ({event.severity})")
+        description = slack_escape(event.description)
+        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*\n{description}"}}]
+        url = alerts_url()
+        if url:
+            blocks.append({"type": "actions", "elements": [
+                {"type": "button", "text": {"type": "plain_text", "text": "Open in gpulse"}, "url": url},
+            ]})
+        return orjson.dumps({"text": f"{headline}: {description}", "blocks": blocks})
 
 
 FORMATS = {cls.name: cls() for cls in (GpulseFormat, AlertmanagerFormat, SlackFormat)}

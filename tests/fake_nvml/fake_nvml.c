@@ -17,7 +17,8 @@
  *                        nvmlDeviceGetHandleByIndex
  *   unsupported=R,R      readings answering NOT_SUPPORTED on every GPU, from:
  *                        util memory temp power power_limit clocks fan
- *                        throttle ecc pcie nvlink events procs
+ *                        throttle ecc pcie nvlink events procs energy
+ *                        pcie_replay mem_temp
  *   hang=I:SECONDS       GPU I's utilization call sleeps SECONDS first
  *   xid=I:CODE,I:CODE    XID events waiting on GPU I, each delivered once
  *   procs=I:PID:BYTES:K  processes on GPU I (K: c compute, g graphics;
@@ -31,7 +32,8 @@
  *   enforced limit 700000 mW, SM clock 1980 MHz, memory clock 2619 MHz,
  *   fan 40+i %, volatile uncorrected ECC i, PCIe TX 1171875 KB/s and
  *   RX 3125000 KB/s, 4 NVLink links each counting 2500000 KiB/s TX and
- *   1250000 KiB/s RX since nvmlInit.
+ *   1250000 KiB/s RX since nvmlInit, total energy 48213775401 + i mJ, PCIe
+ *   replays i, memory temperature 70+i C (field value NVML_FI_DEV_MEMORY_TEMP).
  *
  * fakeNvmlUtilizationCalls(i) counts the utilization calls GPU i received,
  * so a test can tell whether a GPU was read again.
@@ -70,6 +72,8 @@ typedef int nvmlReturn_t;
 #define FI_NVLINK_LINK_COUNT 91
 #define FI_NVLINK_THROUGHPUT_DATA_TX 138
 #define FI_NVLINK_THROUGHPUT_DATA_RX 139
+#define FI_MEMORY_TEMP 82
+#define ENERGY_MJ 48213775401ULL
 
 #define EVENT_XID_CRITICAL_ERROR 0x8ULL
 #define MEMORY_V2_VERSION 0x02000028u
@@ -82,14 +86,15 @@ enum reading {
     R_UTIL = 1 << 0, R_MEMORY = 1 << 1, R_TEMP = 1 << 2, R_POWER = 1 << 3,
     R_POWER_LIMIT = 1 << 4, R_CLOCKS = 1 << 5, R_FAN = 1 << 6, R_THROTTLE = 1 << 7,
     R_ECC = 1 << 8, R_PCIE = 1 << 9, R_NVLINK = 1 << 10, R_EVENTS = 1 << 11,
-    R_PROCS = 1 << 12,
+    R_PROCS = 1 << 12, R_ENERGY = 1 << 13, R_PCIE_REPLAY = 1 << 14, R_MEM_TEMP = 1 << 15,
 };
 
 static const struct { const char *name; int bit; } READINGS[] = {
     {"util", R_UTIL}, {"memory", R_MEMORY}, {"temp", R_TEMP}, {"power", R_POWER},
     {"power_limit", R_POWER_LIMIT}, {"clocks", R_CLOCKS}, {"fan", R_FAN},
     {"throttle", R_THROTTLE}, {"ecc", R_ECC}, {"pcie", R_PCIE}, {"nvlink", R_NVLINK},
-    {"events", R_EVENTS}, {"procs", R_PROCS},
+    {"events", R_EVENTS}, {"procs", R_PROCS}, {"energy", R_ENERGY}, {"pcie_replay", R_PCIE_REPLAY},
+    {"mem_temp", R_MEM_TEMP},
 };
 
 /* The binding's structs, field for field. */
@@ -406,6 +411,20 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, unsigned int count
     return NVML_SUCCESS;
 }
 
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *millijoules)
+{
+    CHECK(device, R_ENERGY);
+    *millijoules = ENERGY_MJ + index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
+{
+    CHECK(device, R_PCIE_REPLAY);
+    *value = index;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values)
 {
     CHECK(device, 0);
@@ -425,6 +444,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
         } else if (v->fieldId == FI_NVLINK_THROUGHPUT_DATA_RX && link_ok) {
             v->valueType = 3;
             v->value.ullVal = (unsigned long long)((t - init_time) * NVLINK_RX_KIB_PER_S);
+        } else if (v->fieldId == FI_MEMORY_TEMP && !(cfg.unsupported & R_MEM_TEMP)) {
+            v->valueType = 1;
+            v->value.uiVal = 70 + index;
         } else {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         }
