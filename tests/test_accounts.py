@@ -196,6 +196,8 @@ def test_launches_and_cancels_are_audited(client, redis_client, operator_user):
 def test_rule_changes_mutes_and_faults_are_audited(admin, redis_client):
     import json
 
+    from gpulse.keys import Keys
+
     client = admin
     rule_id = client.post("/api/v1/rules", json.dumps({"name": "hot", "metric": "gpu.temp", "comparison": ">",
                                                        "threshold": 80, "for_seconds": 5}),
@@ -203,6 +205,7 @@ def test_rule_changes_mutes_and_faults_are_audited(admin, redis_client):
     client.patch(f"/api/v1/rules/{rule_id}", json.dumps({"threshold": 90}), content_type="application/json")
     client.delete(f"/api/v1/rules/{rule_id}")
     client.post("/alerts/silences/", {"node_glob": "sim-01", "minutes": 30, "comment": "maintenance"})
+    redis_client.hset(Keys().known_nodes, "sim-01", json.dumps({"ts": 1.0, "interval": 1.0}))
     client.post("/api/v1/simulator/faults", json.dumps({"node": "sim-01", "gpu": 2, "fault": "hot"}),
                 content_type="application/json")
     actions = list(AuditEvent.objects.order_by("created").values_list("action", "target"))

@@ -130,6 +130,41 @@ def test_a_bad_webhook_is_a_400_naming_the_field(admin, change, message):
     assert response.status_code == 400 and response.json()["error"].startswith(message)
 
 
+@pytest.mark.parametrize(
+    "url, address",
+    [
+        ("http://127.0.0.1:9093/hook", "127.0.0.1 is a loopback address"),
+        ("http://localhost:9093/hook", "localhost resolves to "),
+        ("http://169.254.169.254/latest", "169.254.169.254 is a link-local address"),
+        ("https://[::ffff:10.0.0.1]/hook", "::ffff:10.0.0.1 is a private address"),
+    ],
+)
+def test_a_private_webhook_target_is_refused_at_creation_naming_the_settings(admin, settings, url, address):
+    settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = False
+    response = post(admin, "/api/v1/webhooks", {**HOOK, "url": url})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error.startswith(f"url: refused: {address}")
+    assert "GPULSE_WEBHOOK_ALLOW_PRIVATE=true" in error and "GPULSE_WEBHOOK_ALLOWED_NETWORKS" in error
+    assert not WebhookEndpoint.objects.exists()
+
+
+def test_a_private_webhook_target_is_accepted_once_its_network_is_allowed(admin, settings):
+    settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = False
+    settings.GPULSE_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    assert post(admin, "/api/v1/webhooks", {**HOOK, "url": "http://127.0.0.1:9093/hook"}).status_code == 201
+    settings.GPULSE_WEBHOOK_ALLOWED_NETWORKS = []
+    settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
+    assert post(admin, "/api/v1/webhooks", {**HOOK, "name": "b", "url": "http://10.1.2.3/hook"}).status_code == 201
+
+
+def test_a_webhook_host_that_does_not_resolve_is_accepted(admin, settings):
+    # Delivery resolves and checks it again; the web server's DNS may not see what the workers' does.
+    settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = False
+    created = post(admin, "/api/v1/webhooks", {**HOOK, "url": "https://no-such-host.invalid/hook"})
+    assert created.status_code == 201
+
+
 def test_silences_and_the_alert_list(admin):
     rule = Rule.objects.get(name="GPU lost")
     created = post(admin, "/api/v1/silences", {"rule": rule.id, "node_glob": "gpu-0*", "minutes": 30, "comment": "maintenance"})
@@ -143,8 +178,11 @@ def test_silences_and_the_alert_list(admin):
 
 @pytest.fixture
 def faults(redis_client):
-    key = Keys().simulator_faults
-    return lambda: {k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()}
+    """The fault hash, read back; sim-01 and sim-02 are nodes the cluster has seen."""
+    keys = Keys()
+    for name in ("sim-01", "sim-02"):
+        redis_client.hset(keys.known_nodes, name, json.dumps({"ts": 1.0, "interval": 1.0}))
+    return lambda: {k.decode(): v.decode() for k, v in redis_client.hgetall(keys.simulator_faults).items()}
 
 
 def test_staff_inject_and_clear_simulator_faults(admin, faults):
@@ -171,6 +209,20 @@ def test_staff_inject_and_clear_simulator_faults(admin, faults):
 def test_a_bad_fault_is_a_400(admin, faults, body, message):
     response = post(admin, "/api/v1/simulator/faults", body)
     assert response.status_code == 400 and response.json()["error"].startswith(message)
+    assert faults() == {}
+
+
+def test_a_fault_on_a_node_the_cluster_never_saw_is_a_400_naming_it(admin, faults):
+    response = post(admin, "/api/v1/simulator/faults", {"node": "sim-99", "gpu": 0, "fault": "hot"})
+    assert response.status_code == 400
+    assert response.json()["error"] == "node: the cluster has never seen a node named 'sim-99'"
+    assert faults() == {}
+
+
+def test_faults_left_on_a_forgotten_node_can_still_be_cleared(admin, faults, redis_client):
+    redis_client.hset(Keys().simulator_faults, "gone-01/2", "hot")
+    cleared = post(admin, "/api/v1/simulator/faults", {"node": "gone-01", "fault": "clear"})
+    assert cleared.status_code == 200 and cleared.json()["fields"] == ["gone-01", "gone-01/2"]
     assert faults() == {}
 
 

@@ -4,13 +4,15 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import RequestFactory
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from dashboard.alerts.context_processors import firing_alerts
 from dashboard.alerts.delivery import signature
 from dashboard.alerts.evaluate import AlertEvaluator
-from dashboard.alerts.models import DeliveryAttempt, Rule, Silence, WebhookEndpoint
+from dashboard.alerts.models import DeliveryAttempt, Rule, Silence, Transition, WebhookEndpoint
 from gpulse.keys import Keys
 from gpulse.status import UP
 from tests.test_alerts_evaluate import T0, cluster, gpu
@@ -100,11 +102,86 @@ def test_send_test_reports_a_refused_target(admin, settings):
 
 
 def test_the_simulator_panel_injects_a_fault(admin, redis_client):
+    redis_client.hset(Keys().known_nodes, "sim-03", '{"ts": 1.0, "interval": 1.0}')
     assert admin.get("/alerts/simulator/").status_code == 200
     response = admin.post("/alerts/simulator/", {"node": "sim-03", "gpu": "1", "fault": "lost"}, follow=True)
     assert "sim-03 GPU 1: lost injected" in response.content.decode()
     assert redis_client.hget(Keys().simulator_faults, "sim-03/1") == b"lost"
     assert "sim-03/1" in admin.get("/alerts/simulator/").content.decode()
+
+
+def test_the_simulator_panel_refuses_a_node_the_cluster_never_saw(admin, redis_client):
+    response = admin.post("/alerts/simulator/", {"node": "sim-99", "gpu": "0", "fault": "hot"})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "the cluster has never seen a node named &#x27;sim-99&#x27;" in page and "hot injected" not in page
+    assert not redis_client.exists(Keys().simulator_faults)
+
+
+def test_the_simulator_help_text_is_text_not_markup(admin):
+    page = admin.get("/alerts/simulator/").content.decode()
+    assert "xid:&lt;code&gt;" in page and "<code>" not in page.split('id="fault-form"')[1]
+
+
+def test_the_webhook_form_refuses_a_private_target_saying_how_to_allow_it(admin, settings):
+    settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = False
+    response = admin.post("/alerts/webhooks/", {"name": "local", "url": "http://127.0.0.1:9/in", "format": "gpulse",
+                                                "enabled": "on", "min_severity": "info", "secret": ""})
+    assert response.status_code == 200 and not WebhookEndpoint.objects.exists()
+    page = response.content.decode()
+    assert "refused: 127.0.0.1 is a loopback address" in page
+    assert "GPULSE_WEBHOOK_ALLOW_PRIVATE=true" in page and "GPULSE_WEBHOOK_ALLOWED_NETWORKS" in page
+
+
+def _firing(rule_name, node, notify=True):
+    """Fire ``rule_name`` on ``node`` GPU 0 as the evaluator would; return its notification transition."""
+    rule = Rule.objects.create(name=rule_name, metric="gpu.temp", comparison=">", threshold=85, node_glob=node)
+    if not notify:
+        Silence.objects.create(rule=rule, until=timezone.now() + timedelta(hours=1))
+    AlertEvaluator(enqueue=lambda ids: None).evaluate(cluster((node, UP, [gpu(0, temp=99)])), now=time.time())
+    return Transition.objects.get(alert__rule=rule)
+
+
+def _attempt(transition, endpoint, number, outcome, error=""):
+    DeliveryAttempt.objects.create(endpoint=endpoint, transition=transition, event_id=transition.event_id,
+                                   kind="firing", attempt=number, outcome=outcome, error=error, duration_ms=3,
+                                   status_code=None if error else 200)
+
+
+def test_the_alerts_page_shows_what_became_of_each_notification(viewer):
+    Rule.objects.all().delete()
+    ops = WebhookEndpoint.objects.create(name="ops", url="https://hooks.example.com/a")
+    chat = WebhookEndpoint.objects.create(name="chat", url="https://hooks.example.com/b")
+    delivered = _firing("delivered", "n1")
+    _attempt(delivered, ops, 1, DeliveryAttempt.RETRY, "HTTP 503")
+    _attempt(delivered, ops, 2, DeliveryAttempt.OK)
+    _attempt(delivered, chat, 1, DeliveryAttempt.FAILED, "refused: 10.0.0.1 is a private address")
+    retrying = _firing("retrying", "n2")
+    _attempt(retrying, ops, 1, DeliveryAttempt.RETRY, "HTTP 503")
+    _attempt(_firing("gave up", "n3"), ops, 5, DeliveryAttempt.GAVE_UP, "timed out")
+    _firing("silenced", "n4", notify=False)
+    page = viewer.get("/alerts/").content.decode()
+    firing = page.split('id="firing"')[1].split("<tbody>")[1].split("</tbody>")[0]
+    rows = {row.split("<td>")[1].split("</td>")[0]: row for row in firing.split("<tr")[1:]}
+    assert "ops: ok" in rows["delivered"] and "chat: failed" in rows["delivered"]
+    assert "refused: 10.0.0.1 is a private address" in rows["delivered"]
+    assert "ops: retrying" in rows["retrying"] and "ops: gave up" in rows["gave up"]
+    assert "silenced" in rows["silenced"] and "yes" not in page.split('id="firing"')[1].split("</table>")[0]
+    WebhookEndpoint.objects.all().delete()
+    assert "no webhook" in viewer.get("/alerts/").content.decode().split('id="firing"')[1].split("</table>")[0]
+
+
+def test_the_alerts_page_reads_deliveries_in_a_fixed_number_of_queries(viewer):
+    Rule.objects.all().delete()
+    ops = WebhookEndpoint.objects.create(name="ops", url="https://hooks.example.com/a")
+    _attempt(_firing("one", "n1"), ops, 1, DeliveryAttempt.OK)
+    with CaptureQueriesContext(connection) as one_alert:
+        viewer.get("/alerts/")
+    for n in range(2, 7):
+        _attempt(_firing(f"rule {n}", f"n{n}"), ops, 1, DeliveryAttempt.FAILED, "HTTP 404")
+    with CaptureQueriesContext(connection) as six_alerts:
+        viewer.get("/alerts/")
+    assert len(six_alerts) == len(one_alert)
 
 
 def test_a_silence_is_created_from_the_alerts_page(admin):

@@ -7,7 +7,8 @@ from datetime import timedelta
 from django import forms
 from django.utils import timezone
 
-from dashboard.alerts.models import Rule, Silence, WebhookEndpoint, is_gpu_metric
+from dashboard.alerts import outbound
+from dashboard.alerts.models import Rule, Silence, WebhookEndpoint, is_gpu_metric, validate_webhook_url
 
 MAX_FOR_SECONDS = 7 * 24 * 3600
 NODE_GLOB = re.compile(r"^[A-Za-z0-9_.:\-*?\[\]!]*$")
@@ -86,6 +87,27 @@ class WebhookForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.fields["url"].widget.attrs["placeholder"] = "https://receiver.example.com/hook"
         self.generated_secret = None
+
+    def clean_url(self):
+        """Refuse a target that delivery would refuse, now rather than at the first alert."""
+        url = self.cleaned_data["url"]
+        validate_webhook_url(url)
+        try:
+            policy = outbound.AddressPolicy.from_settings()
+        except outbound.TransportError as exc:
+            raise forms.ValidationError(exc.message) from None
+        try:
+            outbound.check_target(url, policy)
+        except outbound.TransportError as exc:
+            # A host that does not resolve is accepted: air-gapped sites often have
+            # no DNS on the web server, or not the workers' DNS, and a name's answer
+            # can change before the first alert anyway. Delivery resolves and checks
+            # every address again, so this check is early advice, not the guard.
+            if exc.permanent:
+                raise forms.ValidationError(
+                    f"{exc.message}; or list its network in GPULSE_WEBHOOK_ALLOWED_NETWORKS"
+                ) from None
+        return url
 
     def clean_secret(self):
         value = self.cleaned_data.get("secret") or ""

@@ -127,6 +127,16 @@ def _checked_addresses(host: str, port: int, policy: AddressPolicy) -> list[str]
     return addresses
 
 
+def check_target(url: str, policy: AddressPolicy | None = None) -> None:
+    """Resolve ``url``'s host and check it as a delivery would; raise TransportError if refused.
+
+    ``permanent`` is set when the policy refuses an address (or the URL), not
+    when the host merely did not resolve.
+    """
+    _scheme, host, port, _path = _target(url)
+    _checked_addresses(host, port, policy or AddressPolicy.from_settings())
+
+
 def _connect(address: str, port: int, timeout: float) -> socket.socket:
     return socket.create_connection((address, port), timeout=timeout)
 

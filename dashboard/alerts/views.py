@@ -20,6 +20,7 @@ from dashboard.alerts.models import (
     Transition,
     WebhookEndpoint,
 )
+from dashboard.alerts.notices import attach_notices, with_latest_notice
 from dashboard.alerts.pages import ModelPages, require
 
 HISTORY_ROWS = 100
@@ -28,9 +29,11 @@ LOG_ROWS = 50
 
 def alert_list(request):
     now = timezone.now()
-    active = list(Alert.objects.filter(status__in=(PENDING, FIRING)).select_related("rule").order_by("status_since"))
+    active = Alert.objects.filter(status__in=(PENDING, FIRING)).select_related("rule").order_by("status_since")
+    active = list(with_latest_notice(active))
     for alert in active:
         alert.age = now - alert.status_since
+    attach_notices([a for a in active if a.status == FIRING])
     resolved = Transition.objects.filter(new=RESOLVED).select_related("alert__rule")[:HISTORY_ROWS]
     context = {
         "firing": [a for a in active if a.status == FIRING],

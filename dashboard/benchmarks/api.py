@@ -20,6 +20,9 @@ from dashboard.benchmarks.models import (
     BenchmarkJob,
 )
 
+# The newest jobs the list shows: the page and its refresh show the same ones.
+LIST_ROWS = 100
+
 
 def job_json(job: BenchmarkJob) -> dict:
     return {
@@ -57,7 +60,7 @@ def refusal_response(refusal: Refusal) -> JsonResponse:
 @require_http_methods(["GET", "POST"])
 def job_list(request):
     if request.method == "GET":
-        return JsonResponse({"jobs": [job_json(j) for j in BenchmarkJob.objects.select_related("created_by")[:100]]})
+        return JsonResponse({"jobs": [job_json(j) for j in BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS]]})
     if not request.user.has_perm(LAUNCH_PERMISSION):
         return JsonResponse({"error": "launching benchmarks needs the launch_benchmark permission"}, status=403)
     try:

@@ -4,7 +4,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.accounts.audit import audit
-from dashboard.benchmarks.api import cancel_refused, job_json
+from dashboard.benchmarks.api import LIST_ROWS, cancel_refused, job_json
 from dashboard.benchmarks.launch import LaunchForm, cancel, launch
 from dashboard.benchmarks.models import LAUNCH_PERMISSION, BenchmarkJob
 from dashboard.benchmarks.throughput import job_throughput
@@ -27,7 +27,7 @@ def job_list(request):
             status = outcome.status
         else:
             status = 400
-    context = {"form": form, "jobs": BenchmarkJob.objects.select_related("created_by")[:50], "throughput": job_throughput()}
+    context = {"form": form, "jobs": BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS], "throughput": job_throughput()}
     return render(request, "benchmarks/list.html", context, status=status)
 
 

@@ -1,6 +1,7 @@
 """The fault form, shared by the page and the JSON API so both validate the same way."""
 
 from django import forms
+from django.utils.html import escape
 
 from gpulse.faults import NODE_FAULTS, SPELLINGS, parse_fault
 
@@ -13,7 +14,8 @@ class FaultForm(forms.Form):
     gpu = forms.IntegerField(min_value=0, max_value=1023, required=False)
     fault = forms.CharField(
         max_length=20,
-        help_text="hot, xid (or xid:<code>), ecc, lost, dead (whole node) or clear",
+        # Django renders a help text as HTML: escaped, "<code>" is text, not an unclosed tag.
+        help_text=escape("hot, xid (or xid:<code>), ecc, lost, dead (whole node) or clear"),
     )
 
     def clean_fault(self) -> str:

@@ -1,15 +1,66 @@
-// The benchmarks page: job statuses change while it is open, so refresh them every 2 s.
+// The benchmarks page: jobs are launched, run and finish while it is open, so every 2 s
+// the job table is rebuilt from the API: new jobs appear, finished ones get their busbw,
+// duration and Compare box. Rows are reused, so a ticked box stays ticked.
+// Every value goes in as text (textContent), never as markup.
 "use strict";
 
-setInterval(async () => {
-  const response = await fetch("/api/v1/benchmarks", {credentials: "same-origin"});
-  if (!response.ok) return;
-  for (const job of (await response.json()).jobs) {
-    const row = document.querySelector(`tr[data-job="${Number(job.id)}"]`);
-    if (!row) continue;
+(() => {
+  const POLL_MS = 2000;
+  const tbody = document.querySelector("#jobs tbody");
+
+  function cell(className) {
+    const td = document.createElement("td");
+    if (className) td.className = className;
+    return td;
+  }
+
+  function newRow(job) {
+    const row = document.createElement("tr");
+    row.dataset.job = String(job.id);
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.name = "id";
+    box.value = String(job.id);
+    const link = document.createElement("a");
+    link.href = `/benchmarks/${Number(job.id)}/`;
+    link.textContent = `#${Number(job.id)}`;
+    const status = document.createElement("span");
+    status.className = "status";
+    const cells = [cell(), cell(), cell(), cell("nodes"), cell("num ranks"), cell("backend"),
+                   cell("num busbw"), cell("num duration"), cell("launched-by"), cell("reason")];
+    cells[0].append(box);
+    cells[1].append(link);
+    cells[2].append(status);
+    row.append(...cells);
+    return row;
+  }
+
+  function fill(row, job) {
     const status = row.querySelector(".status");
     status.textContent = job.status;
     status.className = `status status-${job.status}`;
+    row.querySelector("input[type=checkbox]").disabled = !job.result;
+    row.querySelector(".nodes").textContent = (job.nodes || []).join(", ");
+    row.querySelector(".ranks").textContent = String(job.ranks_per_node);
+    row.querySelector(".backend").textContent = job.backend;
+    row.querySelector(".busbw").textContent = job.avg_busbw == null ? "" : GpulseFormat.fixed(job.avg_busbw, 2);
+    row.querySelector(".duration").textContent = job.duration_s ? `${GpulseFormat.fixed(job.duration_s, 1)} s` : "";
+    row.querySelector(".launched-by").textContent = job.created_by || "";
     row.querySelector(".reason").textContent = job.reason;
   }
-}, 2000);
+
+  async function refresh() {
+    const response = await fetch("/api/v1/benchmarks", {credentials: "same-origin"});
+    if (!response.ok) return;
+    const jobs = (await response.json()).jobs;
+    if (!jobs.length) return;  // keep the "no benchmark yet" row
+    const rows = jobs.map((job) => {
+      const row = tbody.querySelector(`tr[data-job="${Number(job.id)}"]`) || newRow(job);
+      fill(row, job);
+      return row;
+    });
+    tbody.replaceChildren(...rows);
+  }
+
+  setInterval(refresh, POLL_MS);
+})();
