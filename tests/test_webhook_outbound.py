@@ -16,7 +16,10 @@ import pytest
 from dashboard.alerts import outbound
 from dashboard.alerts.outbound import AddressPolicy, TransportError
 
-HINT = "(set GPULSE_WEBHOOK_ALLOW_PRIVATE=true to allow private targets)"
+HINT = (
+    "(set GPULSE_WEBHOOK_ALLOW_PRIVATE=true to allow private targets, "
+    "or list its network in GPULSE_WEBHOOK_ALLOWED_NETWORKS)"
+)
 
 
 class _QuietServer(ThreadingHTTPServer):

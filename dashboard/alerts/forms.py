@@ -104,9 +104,7 @@ class WebhookForm(forms.ModelForm):
             # can change before the first alert anyway. Delivery resolves and checks
             # every address again, so this check is early advice, not the guard.
             if exc.permanent:
-                raise forms.ValidationError(
-                    f"{exc.message}; or list its network in GPULSE_WEBHOOK_ALLOWED_NETWORKS"
-                ) from None
+                raise forms.ValidationError(exc.message) from None
         return url
 
     def clean_secret(self):

@@ -24,7 +24,10 @@ EXCERPT_BYTES = 2048
 MAX_RESPONSE_BYTES = 64 * 1024
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_ALLOW_HINT = "set GPULSE_WEBHOOK_ALLOW_PRIVATE=true to allow private targets"
+_ALLOW_HINT = (
+    "set GPULSE_WEBHOOK_ALLOW_PRIVATE=true to allow private targets, "
+    "or list its network in GPULSE_WEBHOOK_ALLOWED_NETWORKS"
+)
 
 
 class TransportError(Exception):
