@@ -76,6 +76,8 @@ def main() -> None:
     result["added_ms_per_burst"] = added * len(burst) / 1000
     # A burst a second: the added time is this share of one core.
     result["added_percent_of_a_core"] = added * len(burst) / 1e6 * 100
+    # What checking costs on top of decoding alone: the share issue 16 bounds (< 5 % of ingest's CPU).
+    result["check_ms_per_burst"] = (result["now_us_per_sample"] - result["json_only_us_per_sample"]) * len(burst) / 1000
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -84,6 +86,7 @@ def main() -> None:
         print(f"  {key:<10} {result[key + '_us_per_sample']:8.1f} us per sample")
     print(f"  added by validation: {result['added_ms_per_burst']:.1f} ms per burst, "
           f"{result['added_percent_of_a_core']:.2f} % of one core at one burst a second")
+    print(f"  checking on top of orjson alone: {result['check_ms_per_burst']:.1f} ms per burst")
 
 
 if __name__ == "__main__":
