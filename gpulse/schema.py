@@ -8,12 +8,18 @@ validate() is the one check of this contract, used by everything that reads
 samples (ingest, the web's node keys, /metrics): a structural problem rejects
 the entry; a reading outside its Metric range (or NaN) becomes None and is
 counted. Exact-type checks and plain loops: it runs for every GPU every second.
+
+read() first tries a faster gate (msgspec, in C) that only lets through an entry
+validate() would pass unchanged; anything else, it leaves to validate().
 """
 
 import json
+import math
 import re
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
+import msgspec
 import orjson
 
 from gpulse.throttle import THROTTLE_REASONS
@@ -301,10 +307,82 @@ def validate(sample) -> int:
     return nulled
 
 
-def read(raw: bytes | str) -> tuple[dict, int]:
-    """Return (the sample in ``raw``, how many readings were out of range and nulled); raise MalformedSample."""
-    if len(raw) > MAX_ENTRY_BYTES:
-        raise MalformedSample(f"entry of {len(raw)} bytes, more than {MAX_ENTRY_BYTES}")
+# The fast gate: the contract as msgspec types, AT LEAST as strict as validate(), so
+# that whatever they let through is a sample validate() would pass unchanged, with
+# nothing nulled. Anything they refuse (an error, a reading out of range, NaN, an
+# unknown field) goes to validate(), which decides, words the error and nulls.
+_ABSENT = msgspec.UNSET  # a field left out stays left out (to_builtins omits it)
+
+
+def _optional(kind) -> tuple:
+    return kind | msgspec.UnsetType, _ABSENT
+
+
+def _number(low: float, high: float):
+    """A reading within low..high, int or float as it was written (a float field would turn 1 into 1.0)."""
+    return (Annotated[int, msgspec.Meta(ge=math.ceil(low), le=math.floor(high))]
+            | Annotated[float, msgspec.Meta(ge=low, le=high)])
+
+
+def _whole(pattern: re.Pattern) -> str:
+    return rf"^(?:{pattern.pattern})\Z"  # msgspec searches; \Z, not $, which matches before a final newline
+
+
+def _struct(name: str, fields: list):
+    # Unknown fields refuse the entry: validate() keeps them, to_builtins could not.
+    return msgspec.defstruct(name, fields, forbid_unknown_fields=True, gc=False)
+
+
+_Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)] | None
+_K8sName = Annotated[str, msgspec.Meta(max_length=MAX_K8S_NAME)] | None
+_Process = _struct("_Process", [
+    ("pid", Annotated[int, msgspec.Meta(ge=0, le=MAX_PID)]),
+    ("name", *_optional(_Text)), ("user", *_optional(_Text)), ("mem_used", *_optional(_number(0, PB) | None)),
+])
+_K8s = _struct("_K8s", [(key, *_optional(_K8sName)) for key in ("pod", "namespace", "container")])
+_Gpu = _struct("_Gpu", [
+    ("index", Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_INDEX)]),
+    ("uuid", *_optional(_Text)), ("name", *_optional(_Text)), ("lost", *_optional(bool | None)),
+    *((name, *_optional(_number(low, high) | None)) for name, low, high in _GPU_BOUNDS),
+    ("throttle", *_optional(
+        Annotated[list[Literal[tuple(THROTTLE_REASONS)]], msgspec.Meta(max_length=len(THROTTLE_REASONS))] | None)),
+    ("xid", *_optional(
+        Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=MAX_XID)]], msgspec.Meta(max_length=MAX_XIDS)] | None)),
+    ("processes", *_optional(Annotated[list[_Process], msgspec.Meta(max_length=MAX_PROCESSES)] | None)),
+    ("k8s", *_optional(_K8s | None)),
+])
+_Host = _struct("_Host", [(name, *_optional(_number(low, high) | None)) for name, low, high in _HOST_BOUNDS])
+_Sample = _struct("_Sample", [
+    ("v", Literal[SCHEMA_VERSION]),
+    ("node", Annotated[str, msgspec.Meta(pattern=_whole(NODE_NAME))]),
+    ("ts", _number(0, MAX_TS)),
+    ("interval", _number(*INTERVAL_RANGE)),
+    ("gpus", Annotated[list[_Gpu], msgspec.Meta(max_length=MAX_GPUS)]),
+    ("host", *_optional(_Host | None)),
+    ("seq", *_optional(Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)] | None)),
+    ("boot", *_optional(Annotated[str, msgspec.Meta(pattern=_whole(BOOT))] | None)),
+])
+_FAST = msgspec.json.Decoder(_Sample)
+
+
+def read_fast(raw: bytes | str) -> dict | None:
+    """The sample in ``raw`` if it is valid with every reading in range, else None: read_checked() decides."""
+    try:
+        entry = _FAST.decode(raw)
+    except ValueError:  # msgspec's DecodeError and ValidationError, and bytes that are not UTF-8
+        return None
+    # What the types cannot say: unique GPU indices, and seq and boot both or neither.
+    gpus, seq, boot = entry.gpus, entry.seq, entry.boot
+    if len({gpu.index for gpu in gpus}) != len(gpus):
+        return None
+    if (seq is None or seq is _ABSENT) is not (boot is None or boot is _ABSENT):
+        return None
+    # Plain dicts and lists, the keys in the struct's order (JSON objects have none to keep).
+    return msgspec.to_builtins(entry)
+
+
+def read_checked(raw: bytes | str) -> tuple[dict, int]:
+    """read() without the fast gate: validate() on the decoded entry; raise MalformedSample."""
     try:
         sample = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -316,6 +394,16 @@ def read(raw: bytes | str) -> tuple[dict, int]:
         except (ValueError, RecursionError):
             raise MalformedSample(f"not JSON: {exc}") from None
     return sample, validate(sample)
+
+
+def read(raw: bytes | str) -> tuple[dict, int]:
+    """Return (the sample in ``raw``, how many readings were out of range and nulled); raise MalformedSample."""
+    if len(raw) > MAX_ENTRY_BYTES:
+        raise MalformedSample(f"entry of {len(raw)} bytes, more than {MAX_ENTRY_BYTES}")
+    sample = read_fast(raw)
+    if sample is not None:
+        return sample, 0
+    return read_checked(raw)
 
 
 def parse(raw: bytes | str) -> dict:

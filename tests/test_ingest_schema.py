@@ -1,4 +1,7 @@
-"""The sample contract (gpulse.schema.validate): what it rejects, what it nulls, what it lets through."""
+"""The sample contract (gpulse.schema.validate): what it rejects, what it nulls, what it lets through.
+
+Each entry is read both through read()'s fast gate and through validate() alone (read_both), which must agree.
+"""
 
 import math
 import time
@@ -7,10 +10,19 @@ import pytest
 
 from gpulse import schema
 from tests.samples import gpu, sample
+from tests.test_schema_fast_path import read_both
+
+
+def read(raw: bytes) -> tuple[dict, int]:
+    checked, _ = read_both(raw)
+    assert checked is not None, "rejected"
+    return checked
 
 
 def rejects(entry, reason: str) -> None:
     raw = entry if isinstance(entry, bytes) else schema.encode(entry)
+    if len(raw) <= schema.MAX_ENTRY_BYTES:
+        assert read_both(raw) == (None, None)
     with pytest.raises(schema.MalformedSample, match=reason):
         schema.read(raw)
 
@@ -18,7 +30,7 @@ def rejects(entry, reason: str) -> None:
 def test_a_collector_sample_passes_unchanged():
     good = sample("gpu-01.cluster_a", gpus=8, processes=[{"pid": 42, "name": "python", "user": None,
                                                           "mem_used": 2**30}], throttle=["sw_power_cap"], xid=[79])
-    parsed, nulled = schema.read(schema.encode(good))
+    parsed, nulled = read(schema.encode(good))
     assert parsed == good and nulled == 0
 
 
@@ -82,12 +94,12 @@ def test_a_missing_field_rejects_the_entry(field):
 
 def test_a_ts_far_from_the_readers_clock_is_read_not_rejected():
     entry = sample("n1", ts=time.time() + 3600)  # a node whose clock is an hour ahead: flagged by ingest, kept
-    assert schema.read(schema.encode(entry))[0] == entry
+    assert read(schema.encode(entry))[0] == entry
 
 
 def test_seq_and_boot_are_optional_but_checked_together():
     stamped = {**sample("n1"), "seq": 7, "boot": "3f2a9c01d4e5b6a7"}
-    assert schema.read(schema.encode(stamped))[0] == stamped
+    assert read(schema.encode(stamped))[0] == stamped
     rejects({**sample("n1"), "seq": -1, "boot": "b"}, "seq -1 is not an integer")
     rejects({**sample("n1"), "seq": 1.5, "boot": "b"}, "seq 1.5")
     rejects({**sample("n1"), "seq": 1}, "boot None")
@@ -121,6 +133,7 @@ def test_not_json_rejects_the_entry():
 def test_one_reading_out_of_range_becomes_null_and_is_counted(field, value):
     entry = sample("n1", gpus=2)
     entry["gpus"][1][field] = value
+    read_both(schema.encode(entry))
     assert schema.validate(entry) == 1
     assert entry["gpus"][1][field] is None and entry["gpus"][0].get(field) == gpu(0).get(field)
 
@@ -128,7 +141,7 @@ def test_one_reading_out_of_range_becomes_null_and_is_counted(field, value):
 def test_nan_infinity_and_1e400_in_the_json_become_null_and_are_counted():
     raw = schema.encode(sample("n1", gpus=1)).replace(b'"util":50', b'"util":NaN').replace(
         b'"temp":60', b'"temp":Infinity').replace(b'"power":400.0', b'"power":1e400')
-    parsed, nulled = schema.read(raw)
+    parsed, nulled = read(raw)
     assert nulled == 3
     assert (parsed["gpus"][0]["util"], parsed["gpus"][0]["temp"], parsed["gpus"][0]["power"]) == (None, None, None)
     rejects(raw.replace(b'"interval":1.0', b'"interval":NaN'), "interval nan is not within")
@@ -137,7 +150,7 @@ def test_nan_infinity_and_1e400_in_the_json_become_null_and_are_counted():
 def test_host_and_process_readings_out_of_range_are_nulled_and_counted():
     entry = sample("n1", gpus=1, processes=[{"pid": 1, "name": "x", "user": "u", "mem_used": -5}])
     entry["host"]["cpu_util"] = 400
-    parsed, nulled = schema.read(schema.encode(entry))
+    parsed, nulled = read(schema.encode(entry))
     assert nulled == 2 and parsed["host"]["cpu_util"] is None and parsed["gpus"][0]["processes"][0]["mem_used"] is None
 
 
@@ -145,7 +158,7 @@ def test_the_optional_readings_and_workload_pass_and_may_be_left_out():
     full = sample("n1", gpus=2)
     full["gpus"][0].update(mem_temp=71, energy=48213775401, pcie_replay=3,
                            k8s={"pod": "llama-ft-7f9c4-x2k8z", "namespace": "ml-team", "container": None})
-    parsed, nulled = schema.read(schema.encode(full))
+    parsed, nulled = read(schema.encode(full))
     assert parsed == full and nulled == 0
     assert not set(schema.OPTIONAL_GPU_METRIC_NAMES) & set(schema.GPU_METRIC_NAMES)
 
