@@ -10,14 +10,16 @@ the entry; a reading outside its Metric range (or NaN) becomes None and is
 counted. Exact-type checks and plain loops: it runs for every GPU every second.
 
 read() first tries a faster gate (msgspec, in C) that only lets through an entry
-validate() would pass unchanged; anything else, it leaves to validate().
+validate() would pass unchanged; anything else, it leaves to validate(). Both
+drop fields the contract does not name (an untrusted node's extra data goes no
+further than the parser).
 """
 
 import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Required, TypedDict
 
 import msgspec
 import orjson
@@ -85,7 +87,7 @@ MAX_GPUS = 256
 MAX_GPU_INDEX = 255
 MAX_TEXT = 128  # uuid, model name, process name and user
 # The optional per-GPU "k8s" object: the workload on the GPU, for usage attribution.
-K8S_KEYS = frozenset(("pod", "namespace", "container"))
+K8S_KEYS = ("pod", "namespace", "container")
 MAX_K8S_NAME = 253  # Kubernetes' longest object name (a DNS subdomain)
 MAX_XIDS = 64
 MAX_XID = 2**31 - 1
@@ -193,9 +195,10 @@ def _check_lists(gpu: dict, node: str, index: int) -> int:
 
 
 def _check_k8s(k8s, where: str) -> None:
-    if type(k8s) is not dict or not k8s.keys() <= K8S_KEYS:
+    if type(k8s) is not dict:
         raise MalformedSample(f"{where}: 'k8s' is not an object of pod, namespace and container: {_show(k8s)}")
-    for key, name in k8s.items():
+    for key in K8S_KEYS:  # other keys are dropped, as every field the contract does not name
+        name = k8s.get(key)
         if name is not None and (type(name) is not str or len(name) > MAX_K8S_NAME):
             raise MalformedSample(f"{where}: k8s {key!r} is not a string of at most {MAX_K8S_NAME} characters or null")
 
@@ -309,13 +312,10 @@ def validate(sample) -> int:
 
 # The fast gate: the contract as msgspec types, AT LEAST as strict as validate(), so
 # that whatever they let through is a sample validate() would pass unchanged, with
-# nothing nulled. Anything they refuse (an error, a reading out of range, NaN, an
-# unknown field) goes to validate(), which decides, words the error and nulls.
-_ABSENT = msgspec.UNSET  # a field left out stays left out (to_builtins omits it)
-
-
-def _optional(kind) -> tuple:
-    return kind | msgspec.UnsetType, _ABSENT
+# nothing nulled. Anything they refuse (an error, a reading out of range, NaN) goes
+# to validate(), which decides, words the error and nulls. TypedDicts decode straight
+# into the plain dicts the readers use; they drop fields the contract does not name,
+# and so does read_checked(): a sample carries only what the contract defines.
 
 
 def _number(low: float, high: float):
@@ -328,57 +328,77 @@ def _whole(pattern: re.Pattern) -> str:
     return rf"^(?:{pattern.pattern})\Z"  # msgspec searches; \Z, not $, which matches before a final newline
 
 
-def _struct(name: str, fields: list):
-    # Unknown fields refuse the entry: validate() keeps them, to_builtins could not.
-    return msgspec.defstruct(name, fields, forbid_unknown_fields=True, gc=False)
+def _record(name: str, fields: dict, required: tuple[str, ...] = ()):
+    """A TypedDict of optional fields, but those named in ``required``."""
+    # Built at run time from the tables above, which mypy's TypedDict cannot follow.
+    fields = {key: Required[kind] if key in required else kind for key, kind in fields.items()}
+    return TypedDict(name, fields, total=False)  # type: ignore[operator]
 
 
 _Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)] | None
 _K8sName = Annotated[str, msgspec.Meta(max_length=MAX_K8S_NAME)] | None
-_Process = _struct("_Process", [
-    ("pid", Annotated[int, msgspec.Meta(ge=0, le=MAX_PID)]),
-    ("name", *_optional(_Text)), ("user", *_optional(_Text)), ("mem_used", *_optional(_number(0, PB) | None)),
-])
-_K8s = _struct("_K8s", [(key, *_optional(_K8sName)) for key in ("pod", "namespace", "container")])
-_Gpu = _struct("_Gpu", [
-    ("index", Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_INDEX)]),
-    ("uuid", *_optional(_Text)), ("name", *_optional(_Text)), ("lost", *_optional(bool | None)),
-    *((name, *_optional(_number(low, high) | None)) for name, low, high in _GPU_BOUNDS),
-    ("throttle", *_optional(
-        Annotated[list[Literal[tuple(THROTTLE_REASONS)]], msgspec.Meta(max_length=len(THROTTLE_REASONS))] | None)),
-    ("xid", *_optional(
-        Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=MAX_XID)]], msgspec.Meta(max_length=MAX_XIDS)] | None)),
-    ("processes", *_optional(Annotated[list[_Process], msgspec.Meta(max_length=MAX_PROCESSES)] | None)),
-    ("k8s", *_optional(_K8s | None)),
-])
-_Host = _struct("_Host", [(name, *_optional(_number(low, high) | None)) for name, low, high in _HOST_BOUNDS])
-_Sample = _struct("_Sample", [
-    ("v", Literal[SCHEMA_VERSION]),
-    ("node", Annotated[str, msgspec.Meta(pattern=_whole(NODE_NAME))]),
-    ("ts", _number(0, MAX_TS)),
-    ("interval", _number(*INTERVAL_RANGE)),
-    ("gpus", Annotated[list[_Gpu], msgspec.Meta(max_length=MAX_GPUS)]),
-    ("host", *_optional(_Host | None)),
-    ("seq", *_optional(Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)] | None)),
-    ("boot", *_optional(Annotated[str, msgspec.Meta(pattern=_whole(BOOT))] | None)),
-])
+_Process = _record("_Process", {
+    "pid": Annotated[int, msgspec.Meta(ge=0, le=MAX_PID)],
+    "name": _Text, "user": _Text, "mem_used": _number(0, PB) | None,
+}, required=("pid",))
+_K8s = _record("_K8s", dict.fromkeys(K8S_KEYS, _K8sName))
+_Gpu = _record("_Gpu", {
+    "index": Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_INDEX)],
+    "uuid": _Text, "name": _Text, "lost": bool | None,
+    **{name: _number(low, high) | None for name, low, high in _GPU_BOUNDS},
+    "throttle": Annotated[list[Literal[tuple(THROTTLE_REASONS)]],  # type: ignore[misc]
+                          msgspec.Meta(max_length=len(THROTTLE_REASONS))] | None,
+    "xid": Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=MAX_XID)]], msgspec.Meta(max_length=MAX_XIDS)] | None,
+    "processes": Annotated[list[_Process], msgspec.Meta(max_length=MAX_PROCESSES)] | None,  # type: ignore[valid-type]
+    "k8s": _K8s | None,
+}, required=("index",))
+_Host = _record("_Host", {name: _number(low, high) | None for name, low, high in _HOST_BOUNDS})
+_Sample = _record("_Sample", {
+    "v": Literal[SCHEMA_VERSION],
+    "node": Annotated[str, msgspec.Meta(pattern=_whole(NODE_NAME))],
+    "ts": _number(0, MAX_TS),
+    "interval": _number(*INTERVAL_RANGE),
+    "gpus": Annotated[list[_Gpu], msgspec.Meta(max_length=MAX_GPUS)],  # type: ignore[valid-type]
+    "host": _Host | None,
+    "seq": Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)] | None,
+    "boot": Annotated[str, msgspec.Meta(pattern=_whole(BOOT))] | None,
+}, required=("v", "node", "ts", "interval", "gpus"))
 _FAST = msgspec.json.Decoder(_Sample)
+_FIELDS = {kind: frozenset(kind.__annotations__) for kind in (_Sample, _Gpu, _Host, _Process, _K8s)}
 
 
 def read_fast(raw: bytes | str) -> dict | None:
     """The sample in ``raw`` if it is valid with every reading in range, else None: read_checked() decides."""
     try:
-        entry = _FAST.decode(raw)
+        sample = _FAST.decode(raw)
     except ValueError:  # msgspec's DecodeError and ValidationError, and bytes that are not UTF-8
         return None
     # What the types cannot say: unique GPU indices, and seq and boot both or neither.
-    gpus, seq, boot = entry.gpus, entry.seq, entry.boot
-    if len({gpu.index for gpu in gpus}) != len(gpus):
+    gpus = sample["gpus"]
+    if len({gpu["index"] for gpu in gpus}) != len(gpus):
         return None
-    if (seq is None or seq is _ABSENT) is not (boot is None or boot is _ABSENT):
+    if (sample.get("seq") is None) is not (sample.get("boot") is None):
         return None
-    # Plain dicts and lists, the keys in the struct's order (JSON objects have none to keep).
-    return msgspec.to_builtins(entry)
+    return sample
+
+
+def _only_known(record: dict, kind) -> None:
+    """Drop, in place, the fields of ``record`` that the contract does not name."""
+    known = _FIELDS[kind]
+    for key in [key for key in record if key not in known]:
+        del record[key]
+
+
+def _drop_unknown(sample: dict) -> None:
+    _only_known(sample, _Sample)
+    if type(sample.get("host")) is dict:
+        _only_known(sample["host"], _Host)
+    for gpu in sample["gpus"]:
+        _only_known(gpu, _Gpu)
+        if type(gpu.get("k8s")) is dict:
+            _only_known(gpu["k8s"], _K8s)
+        for process in gpu.get("processes") or ():
+            _only_known(process, _Process)
 
 
 def read_checked(raw: bytes | str) -> tuple[dict, int]:
@@ -393,7 +413,9 @@ def read_checked(raw: bytes | str) -> tuple[dict, int]:
             sample = json.loads(raw)
         except (ValueError, RecursionError):
             raise MalformedSample(f"not JSON: {exc}") from None
-    return sample, validate(sample)
+    nulled = validate(sample)
+    _drop_unknown(sample)
+    return sample, nulled
 
 
 def read(raw: bytes | str) -> tuple[dict, int]:

@@ -7,6 +7,7 @@ The contract's own cases (tests/test_ingest_schema.py) go through read_both() to
 
 import math
 
+import orjson
 import pytest
 
 from collectors.dcgm import DcgmSource
@@ -90,13 +91,22 @@ def test_readings_out_of_range_go_to_validate_which_nulls_and_counts_them():
     assert sum(goes_to_validate(raw)[1] for raw in entries) == readings
 
 
-@pytest.mark.parametrize("where", ["sample", "gpu", "host", "process"])
-def test_an_unknown_field_goes_to_validate_which_keeps_it(where):
-    entry = sample("n1", gpus=2, processes=[{"pid": 1, "name": "python", "user": "u", "mem_used": 5}])
+@pytest.mark.parametrize("where", ["sample", "gpu", "host", "process", "k8s"])
+@pytest.mark.parametrize("in_range", [True, False], ids=["fast", "validate"])
+def test_a_field_the_contract_does_not_name_is_dropped_by_both_paths(where, in_range):
+    entry = sample("n1", gpus=2, processes=[{"pid": 1, "name": "python", "user": "u", "mem_used": 5}],
+                   k8s={"pod": "p", "namespace": "ns", "container": "c"})
+    if not in_range:
+        entry["gpus"][1]["temp"] = 400.0  # out of range: validate() decides, and nulls it
+    expected = orjson.loads(schema.encode(entry))
     target = {"sample": entry, "gpu": entry["gpus"][1], "host": entry["host"],
-              "process": entry["gpus"][0]["processes"][0]}[where]
-    target["future"] = {"any": ["json", 1.5]}
-    assert goes_to_validate(schema.encode(entry))[0] == entry
+              "process": entry["gpus"][0]["processes"][0], "k8s": entry["gpus"][0]["k8s"]}[where]
+    target["future"] = {"any": ["json", 1.5] * 100}
+    raw = schema.encode(entry)
+    got = takes_the_fast_path(raw) if in_range else goes_to_validate(raw)[0]
+    if not in_range:
+        expected["gpus"][1]["temp"] = None
+    assert got == expected and b"future" not in orjson.dumps(got)
 
 
 def test_ints_stay_ints_and_floats_stay_floats():
