@@ -8,10 +8,11 @@ import orjson
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from dashboard.accounts.websocket import SocketPlace
+from dashboard.live.cluster import node_view
 from dashboard.live.publish import CLUSTER_GROUP
 from dashboard.redis_client import async_redis_client
 from gpulse.keys import Keys
-from gpulse.status import DOWN, node_status
+from gpulse.status import DOWN
 
 log = logging.getLogger(__name__)
 
@@ -97,19 +98,26 @@ class NodeConsumer(FollowingConsumer):
         last = None
         while True:
             try:
-                raw = await async_redis_client().get(keys.node(self.node))
-                message = self.describe(raw)
+                client = async_redis_client()
+                raw = await client.get(keys.node(self.node))
+                seen = await client.hget(keys.known_nodes, self.node)
+                message = self.describe(raw, orjson.loads(seen) if seen else None)
             except Exception as exc:
                 message = {"type": "node", "node": self.node, "status": "unknown", "error": f"Redis unreachable: {exc}"}
-            fingerprint = (message.get("status"), message.get("ts"))
+            fingerprint = (message.get("status"), message.get("ts"), message.get("clock_skew"), message.get("restarts"))
             if fingerprint != last:
                 last = fingerprint
                 await self.send(text_data=orjson.dumps(message).decode())
             await asyncio.sleep(self.poll_seconds)
 
-    def describe(self, raw: bytes | None) -> dict:
-        if raw is None:
-            return {"type": "node", "node": self.node, "status": DOWN, "ts": None, "sample": None}
-        sample = orjson.loads(raw)
-        status = node_status(sample["ts"], sample["interval"], time.time())
-        return {"type": "node", "node": self.node, "status": status, "ts": sample["ts"], "sample": sample}
+    def describe(self, raw: bytes | None, seen: dict | None) -> dict:
+        """The node as the API judges it (cluster.node_view: by arrival, never by its clock), with
+        its full sample while it is not down; ``ts`` places that sample in time."""
+        view = node_view(self.node, raw, seen, time.time())
+        message = {"type": "node", "node": self.node, "status": view["status"], "ts": view["ts"],
+                   "clock_skew": view["clock_skew"], "restarts": view["restarts"], "sample": None}
+        if "error" in view:
+            message["rejected"] = view["error"]
+        elif view["status"] != DOWN:
+            message["sample"] = orjson.loads(raw)
+        return message
