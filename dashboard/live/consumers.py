@@ -8,11 +8,10 @@ import orjson
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from dashboard.accounts.websocket import SocketPlace
-from dashboard.live.cluster import node_view
 from dashboard.live.publish import CLUSTER_GROUP
 from dashboard.redis_client import async_redis_client
 from gpulse.keys import Keys
-from gpulse.status import DOWN
+from gpulse.status import DOWN, node_status
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +110,19 @@ class NodeConsumer(FollowingConsumer):
             await asyncio.sleep(self.poll_seconds)
 
     def describe(self, raw: bytes | None, seen: dict | None) -> dict:
-        """The node as the API judges it (cluster.node_view: by arrival, never by its clock), with
-        its full sample while it is not down; ``ts`` places that sample in time."""
-        view = node_view(self.node, raw, seen, time.time())
-        message = {"type": "node", "node": self.node, "status": view["status"], "ts": view["ts"],
-                   "clock_skew": view["clock_skew"], "restarts": view["restarts"], "sample": None}
-        if "error" in view:
-            message["rejected"] = view["error"]
-        elif view["status"] != DOWN:
-            message["sample"] = orjson.loads(raw)
+        """The node's status, judged as cluster.node_view judges it (by when its newest sample
+        arrived, never by its own clock), and its full sample while it is not down; ``ts``
+        places that sample in time (its arrival while the node's clock is skewed)."""
+        seen = seen or {}
+        message = {"type": "node", "node": self.node, "status": DOWN, "ts": seen.get("ts"), "sample": None,
+                   "clock_skew": seen.get("skew"), "restarts": seen.get("restarts", 0)}
+        if raw is None:
+            return message
+        sample = orjson.loads(raw)
+        # Its key exists, so it arrived within the key's lifetime; before ingest recorded it, judge by ts.
+        message["status"] = node_status(seen.get("arrived", sample["ts"]), sample["interval"], time.time())
+        if message["clock_skew"] is None:
+            message["ts"] = sample["ts"]
+        if message["status"] != DOWN:
+            message["sample"] = sample
         return message

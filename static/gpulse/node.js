@@ -52,7 +52,7 @@
     sample: initial.status === "down" ? null : initial,
     skew: initial.clock_skew, // seconds the node's clock is off while beyond the allowed skew, else null
     restarts: initial.restarts || 0,
-    rejected: initial.error || null, // why its latest sample was refused
+    rejected: initial.error || null, // why the API refused its latest sample (cluster.node_view)
     error: null,
   };
   let points = []; // {ts, values: [[util, mem GiB, temp, power] per GPU]}, oldest first
@@ -227,7 +227,7 @@
     live.sample = message.sample;
     live.skew = message.clock_skew;
     live.restarts = message.restarts || 0;
-    live.rejected = message.rejected || null;
+    if (message.sample) live.rejected = null;
     if (message.sample) {
       live.interval = message.sample.interval || live.interval;
       addSample(live.ts, message.sample);
