@@ -222,6 +222,10 @@ def test_lost_gpus_and_dead_nodes_are_marked_never_shown_as_current(admin_page, 
         heat = wait_for_heatmap(admin_page, "/down/.test(h.labels[3])")
         assert heat["z"][3] == [None] * running_system.gpus_per_node
         assert admin_page.text_content("#kpi-down") == "1 down"
+        # Its GPUs are still there, only unavailable: the count keeps them and says so.
+        admin_page.wait_for_function("() => document.getElementById('kpi-lost').textContent.includes('on down nodes')")
+        assert admin_page.text_content("#kpi-gpus") == "32"
+        assert admin_page.text_content("#kpi-lost") == "1 lost · 8 on down nodes"
         admin_page.wait_for_selector("#node-table tr.row-down[data-node='sim-04']")
         row = next(row for row in admin_page.evaluate(NODE_TABLE) if row[0] == "sim-04")
         assert row[1] == "down" and row[2].startswith("no data") and row[4:8] == ["—", "—", "—", "—"]

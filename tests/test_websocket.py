@@ -192,3 +192,26 @@ async def test_a_job_socket_outlasts_a_quiet_queue_then_relays_rows_and_the_end(
     assert orjson.loads(await communicator.receive_from(timeout=5))["kind"] == "final"
     assert (await communicator.receive_output(timeout=5))["type"] == "websocket.close"
     await communicator.disconnect()
+
+
+async def test_the_node_socket_judges_a_node_with_a_skewed_clock_by_arrival(redis_client, session_cookie):
+    publisher = FramePublisher()
+    ingest = Ingest(redis_client, publisher.publish)
+    try:
+        behind = sample("skewed", ts=time.time() - 3600)  # its clock is an hour behind; it reports every second
+        redis_client.xadd(Keys().telemetry, {"s": schema.encode(behind)})
+        redis_client.set(Keys().node("skewed"), schema.encode(behind))  # as its collector writes it
+        await asyncio.to_thread(ingest.read, 10)
+        await asyncio.to_thread(ingest.emit, ingest.clock())
+
+        communicator = WebsocketCommunicator(application, "/ws/nodes/skewed/", headers=headers(session_cookie))
+        connected, _ = await communicator.connect()
+        assert connected
+        message = orjson.loads(await communicator.receive_from(timeout=5))
+        assert message["status"] == "up"
+        assert message["sample"]["gpus"]
+        assert message["clock_skew"] == pytest.approx(-3600, abs=5)
+        assert message["ts"] == pytest.approx(time.time(), abs=5)  # placed at its arrival, not an hour ago
+        await communicator.disconnect()
+    finally:
+        publisher.close()

@@ -97,19 +97,32 @@ class NodeConsumer(FollowingConsumer):
         last = None
         while True:
             try:
-                raw = await async_redis_client().get(keys.node(self.node))
-                message = self.describe(raw)
+                client = async_redis_client()
+                raw = await client.get(keys.node(self.node))
+                seen = await client.hget(keys.known_nodes, self.node)
+                message = self.describe(raw, orjson.loads(seen) if seen else None)
             except Exception as exc:
                 message = {"type": "node", "node": self.node, "status": "unknown", "error": f"Redis unreachable: {exc}"}
-            fingerprint = (message.get("status"), message.get("ts"))
+            fingerprint = (message.get("status"), message.get("ts"), message.get("clock_skew"), message.get("restarts"))
             if fingerprint != last:
                 last = fingerprint
                 await self.send(text_data=orjson.dumps(message).decode())
             await asyncio.sleep(self.poll_seconds)
 
-    def describe(self, raw: bytes | None) -> dict:
+    def describe(self, raw: bytes | None, seen: dict | None) -> dict:
+        """The node's status, judged as cluster.node_view judges it (by when its newest sample
+        arrived, never by its own clock), and its full sample while it is not down; ``ts``
+        places that sample in time (its arrival while the node's clock is skewed)."""
+        seen = seen or {}
+        message = {"type": "node", "node": self.node, "status": DOWN, "ts": seen.get("ts"), "sample": None,
+                   "clock_skew": seen.get("skew"), "restarts": seen.get("restarts", 0)}
         if raw is None:
-            return {"type": "node", "node": self.node, "status": DOWN, "ts": None, "sample": None}
+            return message
         sample = orjson.loads(raw)
-        status = node_status(sample["ts"], sample["interval"], time.time())
-        return {"type": "node", "node": self.node, "status": status, "ts": sample["ts"], "sample": sample}
+        # Its key exists, so it arrived within the key's lifetime; before ingest recorded it, judge by ts.
+        message["status"] = node_status(seen.get("arrived", sample["ts"]), sample["interval"], time.time())
+        if message["clock_skew"] is None:
+            message["ts"] = sample["ts"]
+        if message["status"] != DOWN:
+            message["sample"] = sample
+        return message

@@ -75,6 +75,10 @@
       if (frame.fields) model.fieldIndex = Frames.indexFields(frame.fields);
       applySummary(frame.summary);
       let relayout = false;
+      // Nodes ingest pruned (down for GPULSE_NODE_FORGET_AFTER) leave the page.
+      (frame.forgotten || []).forEach(function (name) {
+        if (model.entries.delete(name)) relayout = true;
+      });
       const nodes = frame.nodes || {};
       for (const name in nodes) {
         const entry = nodes[name];
@@ -115,6 +119,7 @@
       rows.status = new Array(n).fill("down");
       rows.probe = new Array(n).fill(null);
       rows.ts = new Float64Array(n);
+      rows.skew = new Float64Array(n).fill(NaN); // seconds the node's clock is off, NaN while within bounds
       ["gpus", "reporting", "lost", "utilSum", "utilN", "maxTemp", "power", "powerLimit", "memUsed", "memTotal"].forEach(
         function (key) { rows[key] = new Float64Array(n); }
       );
@@ -170,6 +175,9 @@
       // Probes come every few minutes: redraw only when this node's verdict or reading changes.
       if (!before !== !probe || (probe && (probe.low !== before.low || probe.ts !== before.ts))) model.tableChanged = true;
       rows.probe[r] = probe;
+      const skew = F.numberOrNaN(entry.skew);
+      if (skew !== rows.skew[r] && (skew === skew || rows.skew[r] === rows.skew[r])) model.tableChanged = true;
+      rows.skew[r] = skew;
       rows.status[r] = String(entry.status);
       rows.ts[r] = F.numberOrNaN(entry.ts);
       rows.gpus[r] = gpus.length;

@@ -50,12 +50,44 @@
     return value.toFixed(value < 10 && unit > 0 ? 1 : 0) + " " + units[unit];
   }
 
+  // Times read in the browser's own zone, its name shown with them ("9:22:13 PM PST").
   function clockTime(ts) {
-    return isNum(ts) ? new Date(ts * 1000).toLocaleTimeString() : "—";
+    return isNum(ts) ? new Date(ts * 1000).toLocaleTimeString(undefined, { timeZoneName: "short" }) : "—";
   }
 
   function dateTime(ts) {
-    return isNum(ts) ? new Date(ts * 1000).toLocaleString() : "—";
+    return isNum(ts) ? new Date(ts * 1000).toLocaleString(undefined, { timeZoneName: "short" }) : "—";
+  }
+
+  /* "2026-11-23 18:09:54 UTC", for titles beside a local time. */
+  function utcTime(ts) {
+    return isNum(ts) ? new Date(ts * 1000).toISOString().slice(0, 19).replace("T", " ") + " UTC" : "—";
+  }
+
+  function pad(n, width) {
+    return String(n).padStart(width, "0");
+  }
+
+  /* A unix time as a Plotly date ("2026-11-23 10:09:54.123") in the browser's zone: Plotly
+   * shows a date string as written, so axes read the same local time as the page's text. */
+  function plotlyDate(ts) {
+    const d = new Date(ts * 1000);
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1, 2) + "-" + pad(d.getDate(), 2) + " " +
+      pad(d.getHours(), 2) + ":" + pad(d.getMinutes(), 2) + ":" + pad(d.getSeconds(), 2) + "." + pad(d.getMilliseconds(), 3);
+  }
+
+  /* The browser's zone: "America/Los_Angeles (UTC−08:00)". */
+  function zoneName() {
+    const minutes = -new Date().getTimezoneOffset();
+    const sign = minutes < 0 ? "−" : "+";
+    const offset = "UTC" + sign + pad(Math.floor(Math.abs(minutes) / 60), 2) + ":" + pad(Math.abs(minutes) % 60, 2);
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    return zone ? zone + " (" + offset + ")" : offset;
+  }
+
+  /* A clock skew in seconds (node minus server) as "+1 h" or "−42 s". */
+  function skew(seconds) {
+    return (seconds < 0 ? "−" : "+") + age(Math.abs(seconds));
   }
 
   const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
@@ -96,6 +128,10 @@
     rate: rate,
     clockTime: clockTime,
     dateTime: dateTime,
+    utcTime: utcTime,
+    plotlyDate: plotlyDate,
+    zoneName: zoneName,
+    skew: skew,
     escapeHtml: escapeHtml,
     plotlyText: plotlyText,
     compareNames: collator.compare,

@@ -31,14 +31,19 @@
     const rows = model.rows;
     const cells = model.cells;
     const n = model.names.length;
-    let up = 0, stale = 0, down = 0, gpus = 0, lost = 0, utilSum = 0, utilN = 0, busy = 0;
+    let up = 0, stale = 0, down = 0, gpus = 0, lost = 0, unavailable = 0, utilSum = 0, utilN = 0, busy = 0;
     let power = 0, powerLimit = 0, memUsed = 0, memTotal = 0;
     for (let r = 0; r < n; r++) {
       const status = rows.status[r];
+      // A down node's GPUs still count: they are there, only unavailable (frames keep their number).
+      gpus += rows.gpus[r];
       if (status === "up") up++;
       else if (status === "stale") stale++;
-      else { down++; continue; }
-      gpus += rows.gpus[r];
+      else {
+        down++;
+        unavailable += rows.gpus[r];
+        continue;
+      }
       lost += rows.lost[r];
       utilSum += rows.utilSum[r];
       utilN += rows.utilN[r];
@@ -53,8 +58,8 @@
     setText("kpi-stale", stale + " stale");
     setText("kpi-down", down + " down");
     setText("kpi-gpus", String(gpus));
-    setText("kpi-lost", lost + " lost");
-    document.getElementById("kpi-lost").classList.toggle("status-down", lost > 0);
+    setText("kpi-lost", lost + " lost" + (unavailable ? " · " + unavailable + " on down nodes" : ""));
+    document.getElementById("kpi-lost").classList.toggle("status-down", lost + unavailable > 0);
     setText("kpi-util", utilN ? (utilSum / utilN).toFixed(1) + " %" : "—");
     setText("kpi-busy", busy + " GPUs ≥ 50 %");
     setText("kpi-power", watts(power));

@@ -21,8 +21,6 @@
   // Minute rollups and probes change slowly: reload them once a minute.
   const RELOAD_EVERY_MS = 60 * 1000;
   const MIB_PER_GIB = 1024;
-  // Plotly takes epoch milliseconds as UTC; shift them so the axes read local time.
-  const TZ_SHIFT_MS = -new Date().getTimezoneOffset() * 60000;
   const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
   const FONT = { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 11, color: "#1f2933" };
   const PLOT_CONFIG = { displaylogo: false, displayModeBar: false, responsive: true };
@@ -52,6 +50,9 @@
     ts: initial.ts,
     interval: initial.interval || 1,
     sample: initial.status === "down" ? null : initial,
+    skew: initial.clock_skew, // seconds the node's clock is off while beyond the allowed skew, else null
+    restarts: initial.restarts || 0,
+    rejected: initial.error || null, // why the API refused its latest sample (cluster.node_view)
     error: null,
   };
   let points = []; // {ts, values: [[util, mem GiB, temp, power] per GPU]}, oldest first
@@ -62,6 +63,8 @@
   const els = {
     status: document.getElementById("node-status"),
     age: document.getElementById("node-age"),
+    restarts: document.getElementById("node-restarts"),
+    zone: document.getElementById("time-zone"),
     host: document.getElementById("node-host"),
     banner: document.getElementById("node-banner"),
     conn: document.getElementById("conn-state"),
@@ -75,9 +78,7 @@
 
   const num = L.numberOrNull;
 
-  function shiftMs(ts) {
-    return ts * 1000 + TZ_SHIFT_MS;
-  }
+  const when = L.plotlyDate;
 
   /* ---- live points ------------------------------------------------------------- */
 
@@ -97,10 +98,11 @@
     });
   }
 
-  function addSample(sample) {
+  /* Chart the sample at ``ts``: where gpulse placed it, its arrival when the node's clock is off. */
+  function addSample(ts, sample) {
     const last = points.length ? points[points.length - 1].ts : -Infinity;
-    if (sample.ts <= last) return;
-    points.push({ ts: sample.ts, values: sampleValues(sample) });
+    if (ts <= last) return;
+    points.push({ ts: ts, values: sampleValues(sample) });
     queueCharts();
   }
 
@@ -143,28 +145,33 @@
     const labels = gpuLabels();
     const gapAfter = GAP_INTERVALS * live.interval;
     const limits = yLimits();
+    // One time axis for every trace: the points' times, a gap after each missed sample.
+    const x = [];
+    const at = []; // the point of each x, -1 for a gap
+    let previous = null;
+    for (let p = 0; p < points.length; p++) {
+      const ts = points[p].ts;
+      if (previous !== null && ts - previous > gapAfter) {
+        x.push(when(previous + live.interval));
+        at.push(-1);
+      }
+      x.push(when(ts));
+      at.push(p);
+      previous = ts;
+    }
     LIVE.forEach(function (chart, k) {
       const traces = labels.map(function (label, g) {
-        const x = [], y = [];
-        let previous = null;
-        for (let p = 0; p < points.length; p++) {
-          const point = points[p];
-          if (previous !== null && point.ts - previous > gapAfter) {
-            x.push(shiftMs(previous + live.interval));
-            y.push(null);
-          }
-          x.push(shiftMs(point.ts));
-          const values = point.values[g];
-          y.push(values ? values[k] : null);
-          previous = point.ts;
-        }
+        const y = at.map(function (p) {
+          const values = p < 0 ? null : points[p].values[g];
+          return values ? values[k] : null;
+        });
         return {
           type: "scatter", mode: "lines", name: label, x: x, y: y, connectgaps: false,
           line: { width: 1.5, color: COLOURS[g % COLOURS.length] },
           hovertemplate: "%{fullData.name}: %{y:." + chart.digits + "f} " + chart.unit + "<extra></extra>",
         };
       });
-      const layout = chartLayout(chart.title, chart.unit, [shiftMs(start), shiftMs(end)], limits[k]);
+      const layout = chartLayout(chart.title, chart.unit, [when(start), when(end)], limits[k]);
       Plotly.react(chart.id, traces, layout, PLOT_CONFIG);
     });
   }
@@ -218,9 +225,12 @@
     live.status = message.status;
     live.ts = message.ts === null || message.ts === undefined ? live.ts : message.ts;
     live.sample = message.sample;
+    live.skew = message.clock_skew;
+    live.restarts = message.restarts || 0;
+    if (message.sample) live.rejected = null;
     if (message.sample) {
       live.interval = message.sample.interval || live.interval;
-      addSample(message.sample);
+      addSample(live.ts, message.sample);
     }
     renderStatus();
     renderTables();
@@ -237,17 +247,25 @@
       banner = "Live data unavailable: " + live.error + ". The values below may be old.";
       level = "warn";
     } else if (live.status === "down") {
-      banner = live.ts
-        ? "Down: no data since " + L.dateTime(live.ts) + " (" + L.age(age) + " ago). Its latest sample expired, so no values are shown."
-        : "Down: gpulse has no data from this node.";
+      if (live.rejected) banner = "Down: its latest sample was rejected (" + live.rejected + ").";
+      else if (live.ts) banner = "Down: no data since " + L.dateTime(live.ts) + " (" + L.age(age) + " ago). Its latest sample expired, so no values are shown.";
+      else banner = "Down: gpulse has no data from this node.";
       level = "error";
     } else if (live.status === "stale") {
       banner = "Stale: the latest sample is " + L.age(age) + " old (expected every " + live.interval + " s); the values below are from " + L.clockTime(live.ts) + ".";
       level = "warn";
     }
+    if (L.isNum(live.skew) && live.status !== "down") {
+      banner += (banner ? " " : "") + "Clock skew " + L.skew(live.skew) + ": this node's clock is " + L.age(Math.abs(live.skew)) +
+        (live.skew < 0 ? " behind" : " ahead of") + " gpulse's, so its samples are placed at the time they arrived.";
+      level = level || "warn";
+    }
     els.banner.hidden = !banner;
     els.banner.textContent = banner;
     els.banner.className = "banner " + level;
+    els.banner.title = live.ts ? "latest sample: " + L.utcTime(live.ts) : "";
+    els.restarts.hidden = !live.restarts;
+    els.restarts.textContent = live.restarts ? "collector restarted " + live.restarts + (live.restarts === 1 ? " time" : " times") : "";
     els.age.textContent = live.status === "down" ? "" : "last sample " + L.age(age) + " ago";
     els.gpuTable.classList.toggle("stale", live.status === "stale" || Boolean(live.error));
     const host = live.sample && live.sample.host;
@@ -381,7 +399,7 @@
       els.historyNote.textContent =
         "No minute rollups in this range yet: ingest writes one per GPU and minute, about two minutes after the minute ends.";
     }
-    const xrange = [shiftMs(history.since), shiftMs(history.until)];
+    const xrange = [when(history.since), when(history.until)];
     HISTORY.forEach(function (chart) {
       const traces = [];
       gpus.forEach(function (series) {
@@ -390,11 +408,11 @@
         let previous = null;
         series.ts.forEach(function (ts, i) {
           if (previous !== null && ts - previous > HISTORY_GAP_S) {
-            x.push(shiftMs(previous + 60));
+            x.push(when(previous + 60));
             low.push(null); mean.push(null); high.push(null);
           }
           const triple = series[chart.key][i];
-          x.push(shiftMs(ts));
+          x.push(when(ts));
           low.push(triple[0] === null ? null : triple[0] * chart.scale);
           mean.push(triple[1] === null ? null : triple[1] * chart.scale);
           high.push(triple[2] === null ? null : triple[2] * chart.scale);
@@ -430,7 +448,7 @@
     const ok = { x: [], y: [], text: [] };
     const failed = { x: [], y: [], text: [] };
     probes.forEach(function (probe) {
-      const x = shiftMs(probe.ts);
+      const x = when(probe.ts);
       // Hover text: Plotly renders pseudo-HTML in it, and probe records come from the node.
       const where = L.plotlyText(probe.backend + ", " + (probe.world_size ? probe.world_size + " ranks" : "ranks unknown"));
       if (probe.status === "succeeded" && num(probe.busbw) !== null) {
@@ -492,7 +510,9 @@
     if (performance.now() - lastChartsAt > 2000) queueCharts();
   }
 
-  if (live.sample && live.ts) addSample(live.sample);
+  els.zone.textContent = "times in " + L.zoneName();
+  els.zone.title = "This browser's time zone; the banner's tooltip gives the time in UTC";
+  if (live.sample && live.ts) addSample(live.ts, live.sample);
   renderStatus();
   renderTables();
   loadHistory(true);

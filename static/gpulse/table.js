@@ -1,6 +1,7 @@
 /* The overview's node table: sortable by any column, filtered by name, the
  * first TABLE_MAX_ROWS rows in sort order (the filter finds any other node).
- * Built as DOM nodes with text, never as markup from the values nodes send.
+ * Built as DOM nodes with text, never as markup from the values nodes send;
+ * each node keeps its row, and only cells whose content changed are replaced.
  */
 (function () {
   "use strict";
@@ -84,20 +85,25 @@
       return td;
     }
 
-    function tableRow(row) {
+    function statusCell(row) {
+      const td = element("td");
+      td.append(element("span", "status status-" + row.status, row.status));
+      const skew = rows.skew[row.r];
+      if (skew === skew) {
+        const badge = element("b", "tag warn-text", "clock skew " + F.skew(skew));
+        badge.title = "This node's clock is " + F.age(Math.abs(skew)) + (skew < 0 ? " behind" : " ahead of") +
+          " gpulse's: its samples are placed at the time they arrived";
+        td.append(" ", badge);
+      }
+      return td;
+    }
+
+    /* The cells after the name, built afresh; updateRow keeps those that show the same. */
+    function valueCells(row) {
       const r = row.r;
       const down = row.status === "down";
-      const tr = element("tr", "row-" + row.status);
-      tr.dataset.node = row.name;
-      const link = element("a", "", row.name);
-      link.href = nodeUrl(row.name);
-      const nameCell = element("td");
-      nameCell.append(link);
-      const statusCell = element("td");
-      statusCell.append(element("span", "status status-" + row.status, row.status));
-      tr.append(
-        nameCell,
-        statusCell,
+      return [
+        statusCell(row),
         element("td", "num", (down ? "no data " : "") + F.age(row.age)),
         gpuCell(row),
         element("td", "num", down ? "—" : F.fixed(row.util, 1)),
@@ -105,16 +111,63 @@
         element("td", "num", down ? "—" : F.fixed(row.power, 0)),
         element("td", "num", down ? "—" : F.fixed(row.mem / 1024, 0) + " / " + F.fixed(rows.memTotal[r] / 1024, 0)),
         probeCell(rows.probe[r]),
-      );
+      ];
+    }
+
+    // node name -> its <tr>, kept across renders: rows are updated in place, so the
+    // link a keyboard user is on keeps its focus while frames arrive.
+    const rowElements = new Map();
+
+    function rowElement(name) {
+      let tr = rowElements.get(name);
+      if (!tr) {
+        tr = element("tr");
+        tr.dataset.node = name;
+        const link = element("a", "", name);
+        link.href = nodeUrl(name);
+        const nameCell = element("td");
+        nameCell.append(link);
+        tr.append(nameCell);
+        rowElements.set(name, tr);
+      }
+      return tr;
+    }
+
+    function updateRow(row) {
+      const tr = rowElement(row.name);
+      const className = "row-" + row.status;
+      if (tr.className !== className) tr.className = className;
+      valueCells(row).forEach(function (td, k) {
+        const old = tr.cells[k + 1];
+        if (!old) tr.append(td);
+        else if (!old.isEqualNode(td)) tr.replaceChild(td, old);
+      });
       return tr;
     }
 
     function render() {
       const list = tableRows();
       const shown = Math.min(list.length, TABLE_MAX_ROWS);
-      const trs = new Array(shown);
-      for (let k = 0; k < shown; k++) trs[k] = tableRow(list[k]);
-      els.tbody.replaceChildren.apply(els.tbody, trs);
+      const focused = document.activeElement;
+      const tbody = els.tbody;
+      // Put the rows in order, moving only those out of place.
+      let next = tbody.firstChild;
+      for (let k = 0; k < shown; k++) {
+        const tr = updateRow(list[k]);
+        if (tr === next) next = next.nextSibling;
+        else tbody.insertBefore(tr, next);
+      }
+      while (next) {
+        const after = next.nextSibling;
+        tbody.removeChild(next);
+        next = after;
+      }
+      // A forgotten node's row goes for good.
+      rowElements.forEach(function (tr, name) {
+        if (!model.rowOf.has(name)) rowElements.delete(name);
+      });
+      // A row that moved (a new sort order) lost the focus: give it back.
+      if (focused && focused !== document.activeElement && tbody.contains(focused)) focused.focus({ preventScroll: true });
       const total = model.names.length;
       const matching = list.length === total ? total + " nodes" : list.length + " of " + total + " nodes";
       els.nodeCount.textContent = shown < list.length ? matching + ", first " + shown + " shown: sort or filter to see others" : matching;

@@ -1,0 +1,130 @@
+"""What an operator meets on the overview: keyboard focus that survives live frames,
+nodes whose clock is off, and nodes ingest forgets."""
+
+import threading
+import time
+
+import pytest
+import redis
+
+from devtools.loadtest.browser import VIEWPORT
+from devtools.redis_server import free_port
+from devtools.stack import Stack
+from gpulse import schema
+from gpulse.keys import Keys, node_ttl
+from tests.browser import log_in
+from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
+from tests.samples import sample
+
+pytestmark = pytest.mark.browser
+
+FOCUSED = """() => {
+  const el = document.activeElement;
+  return {tag: el.tagName, text: el.textContent, connected: el.isConnected, frames: window.gpulse.frames};
+}"""
+FORGET_AFTER_S = 60  # GPULSE_NODE_FORGET_AFTER's minimum
+SKEW_S = -3600
+
+
+def test_keyboard_focus_stays_on_a_node_link_while_frames_arrive(admin_page, running_system):
+    admin_page.goto(running_system.base_url + "/")
+    admin_page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0 && "
+                                 "document.querySelectorAll('#node-table tbody tr').length === 4")
+    admin_page.focus("#node-table tr[data-node='sim-02'] a")
+    before = admin_page.evaluate(FOCUSED)
+    assert before["tag"] == "A" and before["text"] == "sim-02"
+    time.sleep(5)
+    after = admin_page.evaluate(FOCUSED)
+    assert after["frames"] >= before["frames"] + 3, "frames stopped arriving"
+    assert after["tag"] == "A" and after["text"] == "sim-02" and after["connected"], after
+    with admin_page.expect_navigation():
+        admin_page.keyboard.press("Enter")
+    assert admin_page.url == running_system.base_url + "/nodes/sim-02/"
+
+
+class SkewedNode:
+    """A collector whose clock is an hour behind, on its own thread: one sample a second."""
+
+    name = "drift-01"
+
+    def __init__(self, client):
+        self.client = client
+        self.keys = Keys()
+        self.boot = "run-a"
+        self.seq = 0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stopped.is_set():
+            self.seq += 1
+            s = {**sample(self.name, ts=time.time() + SKEW_S), "boot": self.boot, "seq": self.seq}
+            encoded = schema.encode(s)
+            self.client.xadd(self.keys.telemetry, {"s": encoded})
+            self.client.set(self.keys.node(self.name), encoded, ex=node_ttl(1.0))
+            self.stopped.wait(1.0)
+
+    def restart(self):
+        """A new collector run: ingest counts a restart."""
+        self.boot, self.seq = "run-b", 0
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join()
+
+
+@pytest.fixture(scope="module")
+def small_system(tmp_path_factory):
+    """A system of its own (one simulated node) that forgets down nodes after a minute:
+    the nodes these tests add must not show up in the shared system's pages."""
+    stack = Stack(
+        port=free_port(), state_dir=tmp_path_factory.mktemp("small-system"), sim_nodes=1, sim_gpus=2,
+        interval=1.0, node_workers=False,
+        extra_env={"GPULSE_ADMIN_PASSWORD": ADMIN_PASSWORD, "GPULSE_NODE_FORGET_AFTER": str(FORGET_AFTER_S)},
+    )
+    try:
+        stack.start()
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="module")
+def small_page(chromium, small_system):
+    context = chromium.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    log_in(page, small_system.url.rstrip("/"), ADMIN_USER, ADMIN_PASSWORD, "/")
+    yield page
+    context.close()
+
+
+def test_a_node_with_a_skewed_clock_is_up_and_badged_then_forgotten(small_system, small_page):
+    base = small_system.url.rstrip("/")
+    client = redis.Redis.from_url(small_system.redis_url)
+    node = SkewedNode(client)
+    node.thread.start()
+    try:
+        row = f"#node-table tr[data-node='{node.name}']"
+        small_page.wait_for_selector(f"{row} .tag:has-text('clock skew −60 min')")
+        assert small_page.text_content(f"{row} .status") == "up"
+        assert "behind" in small_page.get_attribute(f"{row} .tag", "title")
+
+        node.restart()
+        small_page.goto(f"{base}/nodes/{node.name}/")
+        small_page.wait_for_function("() => document.getElementById('node-restarts').textContent === 'collector restarted 1 time'")
+        assert small_page.text_content("#node-status") == "up"
+        assert "Clock skew −60 min" in small_page.text_content("#node-banner")
+        small_page.wait_for_selector("#gpu-table tbody tr:nth-child(2)")
+    finally:
+        node.stop()
+
+    small_page.goto(base + "/")
+    small_page.wait_for_selector(f"{row}.row-down")
+    assert small_page.text_content("#kpi-nodes") == "2"
+    # Forgotten after FORGET_AFTER_S down (ingest prunes once a minute): the row leaves without a reload.
+    small_page.wait_for_function(
+        f"() => !document.querySelector(\"{row}\") && document.getElementById('kpi-nodes').textContent === '1'",
+        timeout=(2 * FORGET_AFTER_S + 30) * 1000,
+    )
+    assert small_page.evaluate("window.gpulse.frames") > 100  # the same page all along

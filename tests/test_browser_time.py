@@ -1,0 +1,86 @@
+"""The node page reads local time in any zone: its chart axes and its banner agree.
+
+The suite runs in UTC, where a time shifted twice (or not at all) looks right;
+browsers in Los Angeles and Tokyo see the difference.
+"""
+
+import re
+import time
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import orjson
+import pytest
+
+from devtools.loadtest.browser import VIEWPORT
+from gpulse.keys import Keys
+from tests.browser import log_in
+
+pytestmark = pytest.mark.browser
+
+ZONES = ("America/Los_Angeles", "Asia/Tokyo")
+# The newest point of the live utilization chart, as its axis shows it, and the axis' tick labels.
+LAST_POINT = """() => {
+  const gd = document.getElementById("live-util");
+  if (!gd.calcdata || !gd.calcdata.length) return null;
+  const xs = gd.calcdata[0].map(p => p.x).filter(x => Number.isFinite(x));
+  if (!xs.length) return null;
+  const ax = gd._fullLayout.xaxis;
+  return {point: ax.c2d(Math.max(...xs)), range: ax.range,
+          ticks: Array.from(gd.querySelectorAll(".xtick text")).map(t => t.textContent)};
+}"""
+CLOCK = re.compile(r"(\d{1,2}):(\d{2}):(\d{2})\s*([AP]M)?")
+
+
+def banner_clock(text: str) -> tuple[int, int, int]:
+    """The hour, minute and second of the first time in ``text`` (12- or 24-hour)."""
+    match = CLOCK.search(text)
+    assert match, text
+    hour, minute, second, half = int(match[1]), int(match[2]), int(match[3]), match[4]
+    if half:
+        hour = hour % 12 + (12 if half == "PM" else 0)
+    return hour, minute, second
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_a_browser_in_any_zone_reads_the_same_local_time_on_axis_and_banner(chromium, running_system):
+    client, keys = running_system.redis(), Keys()
+    try:
+        client.hset(keys.simulator_faults, "sim-04", "dead")
+        wait_until(lambda: not client.exists(keys.node("sim-04")), 15, "sim-04's latest sample to expire")
+        last_ts = orjson.loads(client.hget(keys.known_nodes, "sim-04"))["ts"]
+        for zone in ZONES:
+            local = datetime.fromtimestamp(last_ts, ZoneInfo(zone))
+            context = chromium.new_context(viewport=VIEWPORT, timezone_id=zone)
+            try:
+                page = context.new_page()
+                page.set_default_timeout(15_000)
+                log_in(page, running_system.base_url, running_system.username, running_system.password,
+                       "/nodes/sim-04/")
+                page.wait_for_function("() => document.getElementById('node-banner').textContent.includes('no data since')")
+                page.wait_for_function(f"() => ({LAST_POINT})() !== null")
+                banner = page.text_content("#node-banner")
+                axis = page.evaluate(LAST_POINT)
+
+                assert banner_clock(banner) == (local.hour, local.minute, local.second), (zone, banner)
+                assert axis["point"][11:19] == local.strftime("%H:%M:%S"), (zone, axis)
+                assert axis["point"][:10] == local.strftime("%Y-%m-%d"), (zone, axis)
+                # The axis ends at the browser's local now, and its labels read local hours.
+                now = datetime.now(ZoneInfo(zone))
+                assert abs((datetime.fromisoformat(axis["range"][1]) - now.replace(tzinfo=None)).total_seconds()) < 60
+                hours = {int(tick[:2]) for tick in axis["ticks"] if re.match(r"\d{2}:\d{2}", tick)}
+                assert hours and hours <= {now.hour, (now.hour - 1) % 24}, (zone, axis["ticks"])
+                assert zone in page.text_content("#time-zone")
+                assert page.get_attribute("#node-banner", "title").endswith(" UTC")
+            finally:
+                context.close()
+    finally:
+        client.hdel(keys.simulator_faults, "sim-04")
+    wait_until(lambda: client.exists(keys.node("sim-04")), 15, "sim-04 to report again")
