@@ -13,7 +13,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from django.db import connection
 
 from dashboard.alerts.models import Rule, WebhookEndpoint
 from dashboard.live.health import health

@@ -212,7 +212,8 @@ def test_a_closed_port_is_a_temporary_connection_error(settings):
 def test_a_host_name_is_connected_at_its_checked_address_with_its_name_as_host(receiver, connections):
     port = receiver.server.server_address[1]
     loopback = (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("::1/128"))
-    response = outbound.post(f"http://localhost:{port}/named", b"{}", {}, policy=AddressPolicy(allowed_networks=loopback))
+    policy = AddressPolicy(allowed_networks=loopback)
+    response = outbound.post(f"http://localhost:{port}/named", b"{}", {}, policy=policy)
     assert response.status == 200
     [request] = receiver.wait_for(1)
     assert request["headers"]["Host"] == f"localhost:{port}"

@@ -157,7 +157,7 @@ class Ingest:
         self.probes.seed(names)
         latest = self.redis.mget([self.keys.node(name) for name in names])
         now = self.clock()
-        for name, raw in zip(names, latest):
+        for name, raw in zip(names, latest, strict=True):
             seen = orjson.loads(known[name.encode()])
             try:
                 sample = schema.parse(raw) if raw else None

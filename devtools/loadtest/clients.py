@@ -62,7 +62,9 @@ class ClientFleet:
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except TimeoutError:
-            raise RuntimeError(f"only {self.connected} of {self.count} websocket clients connected in {timeout:.0f} s")
+            raise RuntimeError(
+                f"only {self.connected} of {self.count} websocket clients connected in {timeout:.0f} s"
+            ) from None
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -156,7 +158,8 @@ class ClientFleet:
         """Distinct (node, ts) samples within ``window`` that reached the first client."""
         seen = set()
         for delta in self.deltas.values():
-            seen.update((name, ts) for name, ts in zip(delta.nodes, delta.ts.tolist()) if window[0] <= ts < window[1])
+            pairs = zip(delta.nodes, delta.ts.tolist(), strict=True)
+            seen.update((name, ts) for name, ts in pairs if window[0] <= ts < window[1])
         return len(seen)
 
     def deltas_per_client(self, window: tuple[float, float]) -> float:

@@ -95,7 +95,8 @@ class LoadSystem:
         # Collectors first: they need only Redis, and sample while Django starts elsewhere.
         for k, count in enumerate(split(self.nodes, self.collectors), start=1):
             self.stack.spawn(
-                f"collector-{k}", "simulator", py, "-m", "collectors", "--source", "simulated", "--redis-url", self.redis_url,
+                f"collector-{k}", "simulator", py, "-m", "collectors", "--source", "simulated",
+                "--redis-url", self.redis_url,
                 "--nodes", str(count), "--gpus-per-node", str(self.gpus_per_node), "--interval", str(self.interval),
                 "--name-prefix", f"sim{k}-", "--seed", str(k), "--probe-interval", "0",
             )
