@@ -13,7 +13,6 @@ from dashboard.alerts import delivery
 from dashboard.alerts.formats import FORMATS, ZERO_TIME, Event
 from dashboard.alerts.models import FORMATS as FORMAT_CHOICES
 from dashboard.alerts.models import DeliveryAttempt, WebhookEndpoint
-from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 
 SECRET = "s3cret-never-logged"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "webhook-signature.md"
@@ -53,7 +52,7 @@ def allow_private(settings):
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
 
 
-def test_a_delivery_is_signed_as_the_readme_says(receiver, allow_private):  # noqa: F811
+def test_a_delivery_is_signed_as_the_readme_says(receiver, allow_private):
     event = alert_event()
     result = delivery.send(receiver.url, SECRET, "gpulse", event, receiver="ops")
     assert result.ok and result.status_code == 200
@@ -75,7 +74,7 @@ def test_a_delivery_is_signed_as_the_readme_says(receiver, allow_private):  # no
         (400, "failed"), (404, "failed"), (410, "failed"),
     ],
 )
-def test_the_answer_decides_whether_to_retry(receiver, allow_private, status, outcome):  # noqa: F811
+def test_the_answer_decides_whether_to_retry(receiver, allow_private, status, outcome):
     receiver.answer(status)
     result = delivery.send(receiver.url, SECRET, "slack", alert_event(), receiver="ops")
     assert (result.outcome, result.status_code) == (outcome, status)
@@ -96,7 +95,7 @@ def test_an_unreachable_receiver_is_retried(allow_private):
 
 
 @pytest.mark.django_db
-def test_each_attempt_is_logged_without_the_secret(receiver, allow_private):  # noqa: F811
+def test_each_attempt_is_logged_without_the_secret(receiver, allow_private):
     endpoint = WebhookEndpoint.objects.create(name="ops", url=receiver.url, secret=SECRET, format="alertmanager")
     receiver.answer(500)
     event = alert_event()
