@@ -252,6 +252,7 @@ def validate(sample) -> int:
         kind = type(value)
         if kind is not float and kind is not int:
             raise MalformedSample(f"node {node}: missing or non-numeric field {field!r}")
+    assert ts is not None and interval is not None  # both are numbers: checked just above
     low, high = INTERVAL_RANGE
     if not low <= interval <= high:
         raise MalformedSample(f"node {node}: interval {_show(interval)} is not within {low}..{high} s")

@@ -271,7 +271,7 @@ class Ingest:
         else:
             node.arrived = max(node.arrived, arrived)
             # A late entry (a backlog, one reclaimed from a dead consumer) must not replace a newer one.
-            if verdict is None:
+            if seq is None:  # no verdict: the sample carries no identity
                 newer = placed >= node.placed
             else:
                 newer = verdict == RESTART or verdict == NEW and identity.is_newest(seq)

@@ -72,6 +72,7 @@ class ClientFleet:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _follow(self, index: int) -> None:
+        assert self._ready is not None  # start() makes it before the clients
         log = self.logs[index]
         try:
             async with connect(
@@ -81,6 +82,7 @@ class ClientFleet:
                 first = True
                 async for message in ws:
                     received = time.time()
+                    assert isinstance(message, str)  # gpulse sends text frames only
                     if first:
                         first = False
                         self.connected += 1
@@ -156,7 +158,7 @@ class ClientFleet:
 
     def samples_received(self, window: tuple[float, float]) -> int:
         """Distinct (node, ts) samples within ``window`` that reached the first client."""
-        seen = set()
+        seen: set[tuple[str, float]] = set()
         for delta in self.deltas.values():
             pairs = zip(delta.nodes, delta.ts.tolist(), strict=True)
             seen.update((name, ts) for name, ts in pairs if window[0] <= ts < window[1])
