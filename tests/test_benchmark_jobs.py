@@ -269,10 +269,10 @@ def test_only_the_launcher_may_cancel_a_job(client, operator_user, other_operato
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
 
 
-def test_a_holder_of_cancel_any_may_cancel_anyones_job(client, operator_user, viewer):
-    viewer.user_permissions.add(Permission.objects.get(codename="cancel_any_benchmark"))
+def test_a_holder_of_cancel_any_may_cancel_anyones_job(client, operator_user, viewer_user):
+    viewer_user.user_permissions.add(Permission.objects.get(codename="cancel_any_benchmark"))
     first, second = queued_job(operator_user), queued_job(None)
-    client.force_login(viewer)
+    client.force_login(viewer_user)
     assert client.post(f"/api/v1/benchmarks/{first.pk}/cancel").json()["status"] == "cancelled"
     response = client.post(f"/benchmarks/{second.pk}/cancel/")
     assert response.status_code == 302
