@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -69,7 +70,7 @@ def _rate(value: float) -> int | float:
 # sample field -> ((DCGM field, conversion to gpulse units), ...), best first:
 # the first DCGM field the exporter serves for a GPU wins. %, °C, MHz and
 # counts are whole numbers (int) and watts float, as NVML gives them.
-FIELDS = {
+FIELDS: dict[str, tuple[tuple[str, Callable[[float], int | float]], ...]] = {
     "util": (("DCGM_FI_DEV_GPU_UTIL", int),),
     "mem_util": (("DCGM_FI_DEV_MEM_COPY_UTIL", int),),
     "mem_used": (("DCGM_FI_DEV_FB_USED", _mib),),

@@ -167,7 +167,7 @@ class _Gpu:
         self._handle = None
         self._events = None  # an NVML event set with this GPU's XID events, or None
         self._nvlink_fields: list[tuple[int, int]] = []  # (field id, link); empty without NVLink
-        self._nvlink_last = None  # (µs, tx KiB, rx KiB) at the previous read
+        self._nvlink_last: tuple[int, int | None, int | None] | None = None  # (µs, tx KiB, rx KiB) at the previous read
         self._prepared = False
 
     def read(self) -> dict:
@@ -274,7 +274,7 @@ class _Gpu:
 
     def _xids(self) -> list[int]:
         """Return the XID codes raised since the last read (the kernel log's "NVRM: Xid" lines)."""
-        codes = []
+        codes: list[int] = []
         if self._events is None:
             return codes
         with contextlib.suppress(GpuLost):  # a lost GPU still delivers the XID that announced it
@@ -312,7 +312,7 @@ class _Gpu:
         if compute is None and graphics is None:
             return None
         # A process doing both (nvidia-smi type "C+G") is in both lists; report it once.
-        memory = {}
+        memory: dict[int, int | None] = {}
         for process in (compute or []) + (graphics or []):
             memory.setdefault(process.pid, process.usedGpuMemory)  # None where the driver cannot tell
         return [_describe_process(pid, used) for pid, used in memory.items()]

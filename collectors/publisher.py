@@ -55,6 +55,7 @@ class RedisPublisher:
         )
         self.keys = keys or Keys()
         self.maxlen = maxlen
+        self.buffer_size = buffer_size
         self.buffer: deque[tuple[str, float, bytes, float]] = deque(maxlen=buffer_size)  # + when buffered
         self.dropped = 0
         self.backoff_initial = backoff_initial
@@ -72,7 +73,7 @@ class RedisPublisher:
         return len(self.buffer)
 
     def publish(self, samples: list[dict]) -> None:
-        overflow = len(self.buffer) + len(samples) - self.buffer.maxlen
+        overflow = len(self.buffer) + len(samples) - self.buffer_size
         if overflow > 0:
             self.dropped += overflow
         now = self.clock()
@@ -91,7 +92,7 @@ class RedisPublisher:
                 pipe = self.client.pipeline(transaction=True)
                 now = self.clock()
                 for _, _, payload, buffered in chunk:
-                    fields = {"s": payload}
+                    fields: dict[str, bytes | str] = {"s": payload}
                     if now - buffered >= HELD_REPORTED:
                         fields["held"] = f"{now - buffered:.3f}"
                     pipe.xadd(self.keys.telemetry, fields, maxlen=self.maxlen, approximate=True)

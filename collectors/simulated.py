@@ -467,7 +467,8 @@ class SimulatedFleet:
                 row[12] = row[13] = nulls
             gpus = []
             for j, (gpu_uuid, util, mem_util, mem_used, temp, power, clock, fan, throttle, ecc, xid,
-                    pcie_tx, pcie_rx, nvlink_tx, nvlink_rx, slot, lost) in enumerate(zip(self._uuids[i], *row)):
+                    pcie_tx, pcie_rx, nvlink_tx, nvlink_rx, slot, lost) in enumerate(
+                        zip(self._uuids[i], *row, strict=False)):
                 if lost:
                     gpus.append(_lost_gpu(j, gpu_uuid, name))
                     continue

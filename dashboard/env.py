@@ -1,10 +1,15 @@
 """Strict readers for configuration from the environment (12-factor)."""
 
 import os
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
 
+@overload
+def env_str(name: str, default: str) -> str: ...
+@overload
+def env_str(name: str, default: None = None) -> str | None: ...
 def env_str(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name, default)
 

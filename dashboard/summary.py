@@ -6,6 +6,7 @@ apps, so they are composed here, outside the live app, which knows neither.
 
 import logging
 import time
+from typing import Any
 
 from dashboard.alerts.evaluate import firing_count
 from dashboard.benchmarks.models import BenchmarkJob
@@ -15,7 +16,7 @@ log = logging.getLogger(__name__)
 
 # Job throughput changes with finished jobs, not every tick: refresh it this often.
 THROUGHPUT_EVERY = 10.0
-_throughput = {"at": 0.0, "value": {}}
+_throughput: dict[str, Any] = {"at": 0.0, "value": {}}
 
 
 def throughput_summary() -> dict:

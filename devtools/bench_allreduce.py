@@ -97,9 +97,9 @@ def main() -> None:
         return
 
     sizes = sweep_sizes(args.min_bytes, args.max_bytes, args.factor, DTYPES["float32"].itemsize)
-    engine_in = {size: [] for size in sizes}
-    engine_out = {size: [] for size in sizes}
-    plain = {size: [] for size in sizes}
+    engine_in: dict[int, list[float]] = {size: [] for size in sizes}
+    engine_out: dict[int, list[float]] = {size: [] for size in sizes}
+    plain: dict[int, list[float]] = {size: [] for size in sizes}
     for round_no in range(args.rounds):
         def engine():
             for size, (inplace, outplace) in run_engine(args.ranks, args.min_bytes, args.max_bytes,

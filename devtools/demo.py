@@ -42,7 +42,8 @@ def main() -> int:
         while not stopping.wait(1.0):
             for name, process in stack.processes:
                 if process.poll() is not None:
-                    print(f"gpulse: {name} exited with code {process.returncode}; see {state_dir}/{name}.log", file=sys.stderr)
+                    print(f"gpulse: {name} exited with code {process.returncode}; see {state_dir}/{name}.log",
+                          file=sys.stderr)
                     return 1
         return 0
     except RuntimeError as exc:

@@ -57,6 +57,7 @@ def measure(gpus: int, interval: float, duration: float) -> dict:
         peak_rss = 0
         while time.monotonic() - start < duration:
             if collector.poll() is not None:
+                assert collector.stderr is not None  # stderr=PIPE
                 raise RuntimeError(f"the collector exited: {collector.stderr.read().decode()[-2000:]}")
             peak_rss = max(peak_rss, meter.memory_info().rss)
             time.sleep(min(1.0, duration - (time.monotonic() - start)))

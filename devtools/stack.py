@@ -62,6 +62,7 @@ class Stack:
 
     @property
     def env(self) -> dict:
+        assert self.redis_url is not None, "start() sets the Redis URL"
         env = dict(os.environ)
         env.update(
             REDIS_URL=self.redis_url,

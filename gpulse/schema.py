@@ -66,7 +66,8 @@ OPTIONAL_GPU_METRICS = (
     Metric("mem_temp", "°C", "memory (HBM) temperature (temperature.memory)", -40, 150),
     # 2**53 mJ is 1 kW for 285 years; past it a JSON reader loses integer precision.
     Metric("energy", "mJ", "energy used since the driver was loaded (NVML total energy consumption)", 0, 2**53),
-    Metric("pcie_replay", "count", "PCIe replays since the driver was loaded (nvidia-smi -q: Replays Since Reset)", 0, 2**53),
+    Metric("pcie_replay", "count",
+           "PCIe replays since the driver was loaded (nvidia-smi -q: Replays Since Reset)", 0, 2**53),
 )
 OPTIONAL_GPU_METRIC_NAMES = tuple(m.name for m in OPTIONAL_GPU_METRICS)
 # The optional per-node "host" readings, validated the same way.
@@ -158,16 +159,19 @@ def _check_lists(gpu: dict, node: str, index: int) -> int:
     throttle = get("throttle")
     if throttle:  # None or [] is the common case
         if type(throttle) is not list or len(throttle) > len(THROTTLE_REASONS):
-            raise MalformedSample(f"node {node} GPU {index}: 'throttle' is not a list of throttle reasons: {_show(throttle)}")
+            raise MalformedSample(
+                f"node {node} GPU {index}: 'throttle' is not a list of throttle reasons: {_show(throttle)}")
         for reason in throttle:
             if type(reason) is not str or reason not in _KNOWN_THROTTLE:
                 raise MalformedSample(f"node {node} GPU {index}: unknown throttle reason {_show(reason)}")
     elif throttle is not None and type(throttle) is not list:
-        raise MalformedSample(f"node {node} GPU {index}: 'throttle' is not a list of throttle reasons: {_show(throttle)}")
+        raise MalformedSample(
+            f"node {node} GPU {index}: 'throttle' is not a list of throttle reasons: {_show(throttle)}")
     xid = get("xid")
     if xid:
         if type(xid) is not list or len(xid) > MAX_XIDS:
-            raise MalformedSample(f"node {node} GPU {index}: 'xid' is not a list of at most {MAX_XIDS} Xid codes: {_show(xid)}")
+            raise MalformedSample(
+                f"node {node} GPU {index}: 'xid' is not a list of at most {MAX_XIDS} Xid codes: {_show(xid)}")
         for code in xid:
             if type(code) is not int or not 0 <= code <= MAX_XID:
                 raise MalformedSample(f"node {node} GPU {index}: Xid {_show(code)} is not an integer 0..{MAX_XID}")
@@ -176,7 +180,8 @@ def _check_lists(gpu: dict, node: str, index: int) -> int:
     processes = get("processes")
     if processes:
         if type(processes) is not list or len(processes) > MAX_PROCESSES:
-            raise MalformedSample(f"node {node} GPU {index}: 'processes' is not a list of at most {MAX_PROCESSES} processes")
+            raise MalformedSample(
+                f"node {node} GPU {index}: 'processes' is not a list of at most {MAX_PROCESSES} processes")
         nulled = 0
         for process in processes:
             if type(process) is dict:
@@ -256,6 +261,7 @@ def validate(sample) -> int:
         kind = type(value)
         if kind is not float and kind is not int:
             raise MalformedSample(f"node {node}: missing or non-numeric field {field!r}")
+    assert ts is not None and interval is not None  # both are numbers: checked just above
     low, high = INTERVAL_RANGE
     if not low <= interval <= high:
         raise MalformedSample(f"node {node}: interval {_show(interval)} is not within {low}..{high} s")

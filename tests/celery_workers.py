@@ -119,6 +119,14 @@ def webhook_worker_running():
         yield
 
 
+@pytest.fixture(scope="module")
+def webhook_worker(django_db_setup, django_db_blocker):
+    """The in-process webhook worker, started once per test module, its queue emptied first."""
+    app.control.purge()
+    with webhook_worker_running():
+        yield
+
+
 def database_url_of_tests() -> str:
     """The test database, as DATABASE_URL names it for a worker process."""
     from django.db import connection

@@ -6,8 +6,16 @@ import redis
 from devtools.redis_server import EmbeddedRedis
 from tests import redis_session
 
-# Headless Chromium and the whole running system, for the browser tests.
-pytest_plugins = ("tests.browser", "tests.fixtures_system")
+# Fixtures shared by several test modules: headless Chromium and the whole
+# running system (browser tests), Celery workers, webhook receivers, live
+# benchmark nodes.
+pytest_plugins = (
+    "tests.browser",
+    "tests.fixtures_system",
+    "tests.celery_workers",
+    "tests.webhook_receivers",
+    "tests.benchmark_nodes",
+)
 
 
 @pytest.fixture(scope="session")

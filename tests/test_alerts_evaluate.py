@@ -1,6 +1,7 @@
 """Alert evaluation with a controlled clock: every time step is an explicit `now`."""
 
 import time
+from datetime import UTC
 
 import pytest
 
@@ -49,7 +50,9 @@ def rules():
     Rule.objects.all().delete()
 
     def make(**fields):
-        defaults = dict(name=f"rule {Rule.objects.count()}", metric="gpu.temp", comparison=">", threshold=85, for_seconds=5)
+        defaults = dict(
+            name=f"rule {Rule.objects.count()}", metric="gpu.temp", comparison=">", threshold=85, for_seconds=5
+        )
         return Rule.objects.create(**{**defaults, **fields})
 
     return make
@@ -125,10 +128,10 @@ def test_it_repeats_while_firing_every_repeat_interval(rules, run):
 
 
 def test_a_silence_mutes_notifications_but_the_alert_is_still_tracked(rules, run):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     rule = rules(for_seconds=0)
-    Silence.objects.create(rule=rule, node_glob="gpu-0*", until=datetime.fromtimestamp(T0 + 100, tz=timezone.utc))
+    Silence.objects.create(rule=rule, node_glob="gpu-0*", until=datetime.fromtimestamp(T0 + 100, tz=UTC))
     ev = AlertEvaluator()
     assert run(ev, hot(90), T0) == []
     assert alert_status(rule) == FIRING
@@ -139,10 +142,10 @@ def test_a_silence_mutes_notifications_but_the_alert_is_still_tracked(rules, run
 
 
 def test_an_alert_still_firing_when_its_silence_ends_is_notified_then(rules, run):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     rule = rules(for_seconds=0)
-    Silence.objects.create(node_glob="gpu-01", gpu=1, until=datetime.fromtimestamp(T0 + 100, tz=timezone.utc))
+    Silence.objects.create(node_glob="gpu-01", gpu=1, until=datetime.fromtimestamp(T0 + 100, tz=UTC))
     ev = AlertEvaluator()
     assert run(ev, hot(90), T0) == []
     assert run(ev, hot(90), T0 + 99) == []
@@ -153,10 +156,10 @@ def test_an_alert_still_firing_when_its_silence_ends_is_notified_then(rules, run
 
 
 def test_a_silence_on_another_gpu_does_not_mute(rules, run):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     rules(for_seconds=0)
-    Silence.objects.create(node_glob="gpu-01", gpu=0, until=datetime.fromtimestamp(T0 + 100, tz=timezone.utc))
+    Silence.objects.create(node_glob="gpu-01", gpu=0, until=datetime.fromtimestamp(T0 + 100, tz=UTC))
     assert run(AlertEvaluator(), hot(90), T0) == ["firing"]
 
 
@@ -210,7 +213,10 @@ def test_scope_selects_nodes_by_glob_and_gpu_by_index(rules, run):
     "fields, reading",
     [
         (dict(metric="gpu.mem_used_pct", comparison=">=", threshold=90), dict(mem_used=76e9, mem_total=80e9)),
-        (dict(metric="gpu.throttle", throttle_reason="hw_slowdown", comparison="==", threshold=1), dict(throttle=["hw_slowdown"])),
+        (
+            dict(metric="gpu.throttle", throttle_reason="hw_slowdown", comparison="==", threshold=1),
+            dict(throttle=["hw_slowdown"]),
+        ),
         (dict(metric="gpu.xid", comparison="==", threshold=79), dict(xid=[13, 79])),
         (dict(metric="gpu.lost", comparison="==", threshold=1), dict(lost=True, temp=None)),
         (dict(metric="gpu.ecc_uncorrected", comparison=">", threshold=0), dict(ecc_uncorrected=2)),

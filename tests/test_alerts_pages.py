@@ -16,8 +16,7 @@ from dashboard.alerts.models import DeliveryAttempt, Rule, Silence, Transition, 
 from gpulse.keys import Keys
 from gpulse.status import UP
 from tests.test_alerts_evaluate import T0, cluster, gpu
-from tests.test_webhook_deadline import DEADLINE, SLACK, misbehaving  # noqa: F401  (fixture)
-from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
+from tests.test_webhook_deadline import DEADLINE, SLACK
 
 pytestmark = pytest.mark.django_db
 

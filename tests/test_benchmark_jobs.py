@@ -9,25 +9,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
 from dashboard.benchmarks.models import BenchmarkJob, JobStatus
-from gpulse import schema
 from gpulse.keys import Keys
-from tests.celery_workers import control_process, control_worker, node_workers  # noqa: F401  (fixtures)
-from tests.samples import sample
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def live_nodes(redis_client, settings):
-    """Two nodes reporting 2 GPUs each, as the collector would have written them,
-    both on this machine, as the demo's simulated nodes are."""
-    settings.GPULSE_RENDEZVOUS_ADDR = "127.0.0.1"
-    keys = Keys()
-    now = time.time()
-    for name in ("bench-a", "bench-b"):
-        redis_client.set(keys.node(name), schema.encode(sample(name, gpus=2, ts=now, interval=60)))
-        redis_client.hset(keys.known_nodes, name, json.dumps({"ts": now, "interval": 60}))
-    return ["bench-a", "bench-b"]
 
 
 SMALL = {"backend": "gloo", "min_bytes": "1K", "max_bytes": "64K", "iters": 3, "warmup_iters": 1, "timeout_seconds": 60}
@@ -285,10 +269,10 @@ def test_only_the_launcher_may_cancel_a_job(client, operator_user, other_operato
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
 
 
-def test_a_holder_of_cancel_any_may_cancel_anyones_job(client, operator_user, viewer):
-    viewer.user_permissions.add(Permission.objects.get(codename="cancel_any_benchmark"))
+def test_a_holder_of_cancel_any_may_cancel_anyones_job(client, operator_user, viewer_user):
+    viewer_user.user_permissions.add(Permission.objects.get(codename="cancel_any_benchmark"))
     first, second = queued_job(operator_user), queued_job(None)
-    client.force_login(viewer)
+    client.force_login(viewer_user)
     assert client.post(f"/api/v1/benchmarks/{first.pk}/cancel").json()["status"] == "cancelled"
     response = client.post(f"/benchmarks/{second.pk}/cancel/")
     assert response.status_code == 302

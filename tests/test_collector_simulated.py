@@ -3,6 +3,7 @@
 import logging
 import statistics
 import time
+from itertools import pairwise
 
 import pytest
 import redis
@@ -131,7 +132,7 @@ def test_jobs_start_and_stop_with_memory_steps(hour):
     for node in hour[0]:
         for index in range(8):
             series = gpu_series(hour, node, index)
-            for before, after in zip(series, series[1:]):
+            for before, after in pairwise(series):
                 if not before["processes"] and after["processes"]:
                     starts += 1
                     assert after["mem_used"] - before["mem_used"] > 5 * 2**30
@@ -180,7 +181,7 @@ def test_nvlink_and_pcie_traffic_follow_activity(hour):
 def test_a_hot_gpu_overheats_and_throttles_then_cools_when_cleared():
     fleet, clock = fleet_with_clock()
     fleet.inject("sim-01", 3, "hot")
-    for step in range(60):
+    for step in range(60):  # noqa: B007 - read after the loop, in the failure message
         gpus = advance(fleet, clock)["sim-01"]["gpus"]
         if gpus[3]["temp"] >= 91:
             break

@@ -153,7 +153,7 @@ def test_env_example_lists_every_variable_the_compose_file_reads():
 def dockerfile_stages() -> dict[str, tuple[str, str]]:
     """Map each build stage's name to (its base, its instructions)."""
     parts = re.split(r"^FROM (\S+) AS (\S+)$", DOCKERFILE, flags=re.M)
-    return {name: (base, body) for base, name, body in zip(parts[1::3], parts[2::3], parts[3::3])}
+    return {name: (base, body) for base, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True)}
 
 
 def test_the_dockerfile_builds_a_slim_node_image_and_the_control_image_on_it():

@@ -30,8 +30,8 @@ def test_the_demo_starts_the_whole_system_and_stops_every_process_on_sigterm():
         assert f"http://127.0.0.1:{port}/" in lines[-1]
         children = psutil.Process(demo.pid).children(recursive=True)
         names = " ".join(" ".join(c.cmdline()) for c in children)
-        for part in ("redis-server", "uvicorn", "manage.py ingest", "dashboard.control_worker", "-Q webhooks", "node.sim-01",
-                     "node.sim-02", "collectors"):
+        for part in ("redis-server", "uvicorn", "manage.py ingest", "dashboard.control_worker", "-Q webhooks",
+                     "node.sim-01", "node.sim-02", "collectors"):
             assert part in names, f"{part} is not running"
         deadline = time.monotonic() + 30
         while True:

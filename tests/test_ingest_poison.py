@@ -13,7 +13,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from django.db import connection
 
 from dashboard.alerts.models import Rule, WebhookEndpoint
 from dashboard.live.health import health
@@ -22,7 +21,6 @@ from gpulse import schema
 from gpulse.keys import INGEST_GROUP, Keys
 from tests.celery_workers import database_url_of_tests, webhook_worker_running
 from tests.samples import gpu, sample
-from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 # The ingest process and the in-process control worker use their own connections: commit.
@@ -122,7 +120,7 @@ def ingest(redis_client, tmp_path):
 
 
 @pytest.fixture
-def xid_webhook(receiver, settings):  # noqa: F811
+def xid_webhook(receiver, settings):
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     Rule.objects.all().delete()
     Rule.objects.create(name="xid", metric="gpu.xid", comparison=">", threshold=0, for_seconds=0, severity="critical")

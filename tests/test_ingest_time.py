@@ -39,7 +39,7 @@ def test_a_node_whose_clock_is_an_hour_off_is_flagged_never_down_and_loses_no_sa
         redis_client, frames, settings, offset):
     settings.GPULSE_INGEST_MAX_LAG = 10.0
     ingest = make_ingest(redis_client, frames)
-    for second in range(5):
+    for _ in range(5):
         xadd(redis_client, sample("skewed", ts=time.time() + offset))
         xadd(redis_client, sample("good"))
         ingest.read(block_ms=10)

@@ -34,4 +34,5 @@ def test_the_worker_client_is_closed_when_the_worker_or_its_pool_process_stops(r
         signal.send(sender=None)
         assert worker.redis_client() is not client
     options = worker.redis_client().connection_pool.connection_kwargs
-    assert (options["socket_timeout"], options["socket_connect_timeout"]) == (worker.SOCKET_TIMEOUT, worker.CONNECT_TIMEOUT)
+    assert options["socket_timeout"] == worker.SOCKET_TIMEOUT
+    assert options["socket_connect_timeout"] == worker.CONNECT_TIMEOUT

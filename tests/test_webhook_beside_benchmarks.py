@@ -12,9 +12,8 @@ import pytest
 
 from dashboard.alerts import tasks
 from dashboard.alerts.models import DeliveryAttempt, WebhookEndpoint
-from tests.celery_workers import control_worker, node_workers, webhook_worker_process  # noqa: F401  (fixtures)
-from tests.test_benchmark_jobs import SMALL, live_nodes, post, wait_for  # noqa: F401  (fixtures)
-from tests.test_webhook_deadline import misbehaving  # noqa: F401  (fixture)
+from tests.celery_workers import webhook_worker_process
+from tests.test_benchmark_jobs import SMALL, post, wait_for
 from tests.test_webhook_isolation import NOTIFICATIONS, notified_transitions, wait_until_done
 
 LAUNCH_WITHIN = 5.0  # seconds from the launch until the job is claimed (running)
@@ -36,7 +35,7 @@ def webhook_worker(tmp_path, redis_client):
 
 
 def test_a_benchmark_launched_beside_a_trickling_receiver_starts_within_5_s(
-    webhook_worker, misbehaving, client, operator_user, live_nodes, node_workers, control_worker  # noqa: F811
+    webhook_worker, misbehaving, client, operator_user, live_nodes, node_workers, control_worker
 ):
     node_workers.start(*live_nodes)
     trickle = misbehaving("trickle")

@@ -10,7 +10,6 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from dashboard.alerts.delivery import signature
-from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,7 +25,7 @@ def test_a_refused_url_exits_non_zero_with_the_reason():
     assert "Traceback" not in done.stderr
 
 
-def test_it_sends_a_signed_test_event(receiver, settings, capsys):  # noqa: F811
+def test_it_sends_a_signed_test_event(receiver, settings, capsys):
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     call_command("webhook_test", receiver.url + "/hook", "--secret", "abc", "--format", "alertmanager")
     [request] = receiver.wait_for(1)
@@ -38,7 +37,7 @@ def test_it_sends_a_signed_test_event(receiver, settings, capsys):  # noqa: F811
 
 
 @pytest.mark.parametrize("status", [500, 404])
-def test_an_error_answer_fails_the_command(receiver, settings, status):  # noqa: F811
+def test_an_error_answer_fails_the_command(receiver, settings, status):
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     receiver.answer(status)
     with pytest.raises(CommandError, match=f"HTTP {status}"):

@@ -2,10 +2,10 @@
 
 A socket timeout alone bounds each read, not the attempt: a receiver that
 sends one byte a second would hold a worker (or the "Send test" button) for
-ever. These receivers are real TCP servers on 127.0.0.1 that misbehave on purpose.
+ever. The receivers (the ``misbehaving`` fixture, tests/webhook_receivers.py) are
+real TCP servers on 127.0.0.1 that misbehave on purpose.
 """
 
-import socketserver
 import threading
 import time
 
@@ -16,95 +16,6 @@ from dashboard.alerts.outbound import TransportError
 
 DEADLINE = 2.0  # seconds; more than the trickle's one byte a second
 SLACK = 1.0  # scheduling on a loaded test machine
-GIGABYTE = 1_000_000_000
-CHUNK = 64 * 1024
-
-
-def _trickle(handler, stop):
-    """Answer one byte a second, a header that never ends."""
-    for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
-        if stop.wait(1.0):
-            return
-        handler.wfile.write(bytes([byte]))
-        handler.wfile.flush()
-
-
-def _silent(handler, stop):
-    """Accept the request and never answer."""
-    stop.wait()
-
-
-def _gigabyte_body(handler, stop):
-    """Announce a 1 GB body and send it as fast as the client takes it."""
-    handler.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % GIGABYTE)
-    chunk = b"x" * CHUNK
-    for _ in range(GIGABYTE // CHUNK):
-        if stop.is_set():
-            return
-        handler.wfile.write(chunk)
-        handler.sent += CHUNK
-
-
-def _endless_headers(handler, stop):
-    """Send header lines as fast as the client takes them, never the blank line."""
-    handler.wfile.write(b"HTTP/1.1 200 OK\r\n")
-    line = b"X-Junk: " + b"j" * 1000 + b"\r\n"
-    while not stop.is_set():
-        handler.wfile.write(line)
-        handler.sent += len(line)
-
-
-BEHAVIOURS = {"trickle": _trickle, "silent": _silent, "gigabyte": _gigabyte_body, "endless-headers": _endless_headers}
-
-
-class MisbehavingReceiver:
-    """A TCP server on 127.0.0.1 that reads the request, then answers as ``behaviour`` says."""
-
-    def __init__(self, behaviour: str):
-        self.stop = threading.Event()
-        self.sent: list[int] = []
-        answer, stop, sent = BEHAVIOURS[behaviour], self.stop, self.sent
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self):
-                self.sent = 0
-                self.rfile.readline()
-                try:
-                    answer(self, stop)
-                except OSError:
-                    pass  # the client gave up, as it should
-                finally:
-                    sent.append(self.sent)
-
-        class Server(socketserver.ThreadingTCPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def close(self):
-        self.stop.set()
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def misbehaving():
-    """Return a factory of misbehaving receivers, all closed after the test."""
-    made = []
-
-    def make(behaviour: str) -> MisbehavingReceiver:
-        made.append(MisbehavingReceiver(behaviour))
-        return made[-1]
-
-    yield make
-    for receiver in made:
-        receiver.close()
 
 
 def timed(call, limit: float):

@@ -9,9 +9,8 @@ from django.test import Client
 
 from dashboard.alerts import tasks
 from dashboard.alerts.models import DeliveryAttempt, WebhookEndpoint
-from tests.test_webhook_deadline import GIGABYTE, misbehaving  # noqa: F401  (fixture)
-from tests.test_webhook_isolation import notified_transitions, webhook_worker  # noqa: F401  (fixture)
-from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
+from tests.test_webhook_isolation import notified_transitions
+from tests.webhook_receivers import GIGABYTE
 
 DEADLINE = 1.5  # seconds per attempt
 SLACK = 0.5  # writing the row, on a loaded test machine
@@ -47,7 +46,7 @@ def assert_within_deadline(attempts: list[DeliveryAttempt]) -> None:
 
 @pytest.mark.parametrize("behaviour", ["silent", "trickle"])
 def test_a_receiver_that_never_finishes_answering_is_given_up_on_after_the_last_attempt(
-    webhook_worker, retries, misbehaving, behaviour  # noqa: F811
+    webhook_worker, retries, misbehaving, behaviour
 ):
     attempts = delivered(misbehaving(behaviour).url)
     assert [(a.attempt, a.outcome) for a in attempts] == [(1, "retry"), (2, "retry"), (3, "gave_up")]
@@ -55,7 +54,7 @@ def test_a_receiver_that_never_finishes_answering_is_given_up_on_after_the_last_
     assert_within_deadline(attempts)
 
 
-def test_a_receiver_answering_500_is_given_up_on_after_the_last_attempt(webhook_worker, retries, receiver):  # noqa: F811
+def test_a_receiver_answering_500_is_given_up_on_after_the_last_attempt(webhook_worker, retries, receiver):
     receiver.answer(*[500] * ATTEMPTS)
     attempts = delivered(receiver.url + "/hook")
     assert [(a.attempt, a.status_code, a.outcome) for a in attempts] == [
@@ -65,7 +64,7 @@ def test_a_receiver_answering_500_is_given_up_on_after_the_last_attempt(webhook_
     assert len(receiver.requests) == ATTEMPTS
 
 
-def test_a_gigabyte_answer_is_delivered_in_one_attempt_within_the_deadline(webhook_worker, retries, misbehaving):  # noqa: F811
+def test_a_gigabyte_answer_is_delivered_in_one_attempt_within_the_deadline(webhook_worker, retries, misbehaving):
     gigabyte = misbehaving("gigabyte")
     [attempt] = delivered(gigabyte.url)
     assert (attempt.status_code, attempt.outcome) == (200, "ok")
@@ -73,7 +72,7 @@ def test_a_gigabyte_answer_is_delivered_in_one_attempt_within_the_deadline(webho
     assert sum(gigabyte.sent) < GIGABYTE
 
 
-def test_the_delivery_log_shows_gave_up(webhook_worker, retries, receiver):  # noqa: F811
+def test_the_delivery_log_shows_gave_up(webhook_worker, retries, receiver):
     receiver.answer(*[503] * ATTEMPTS)
     delivered(receiver.url + "/hook")
     admin = Client()

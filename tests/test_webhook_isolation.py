@@ -21,23 +21,12 @@ from dashboard.alerts.models import (
     WebhookEndpoint,
     fingerprint,
 )
-from tests.celery_workers import webhook_worker_running
-from tests.test_webhook_deadline import misbehaving  # noqa: F401  (fixture)
-from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
-from workers.celery_app import app
 
 NOTIFICATIONS = 20
 DEADLINE = 3.0  # seconds per attempt: each trickling attempt holds its thread this long
 MARGIN = 2.0  # how much later than without the slow receiver a healthy notification may arrive
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(scope="module")
-def webhook_worker(django_db_setup, django_db_blocker):
-    app.control.purge()
-    with webhook_worker_running():
-        yield
 
 
 @pytest.fixture
@@ -63,7 +52,7 @@ def notified_transitions(count: int, node: str) -> list[Transition]:
     return made
 
 
-def arrival_times(receiver, count: int, timeout: float) -> dict[str, float]:  # noqa: F811
+def arrival_times(receiver, count: int, timeout: float) -> dict[str, float]:
     """Wait for ``count`` requests; return the monotonic time each event id first arrived."""
     seen: dict[str, float] = {}
     deadline = time.monotonic() + timeout
@@ -77,7 +66,7 @@ def arrival_times(receiver, count: int, timeout: float) -> dict[str, float]:  # 
     return seen
 
 
-def latencies(receiver, transitions: list[Transition]) -> list[float]:  # noqa: F811
+def latencies(receiver, transitions: list[Transition]) -> list[float]:
     """Dispatch every transition at once; return each one's seconds until the receiver got it."""
     already = len(receiver.requests)
     started = time.monotonic()
@@ -95,7 +84,7 @@ def wait_until_done(endpoint: WebhookEndpoint, count: int, timeout: float = 60) 
 
 
 def test_a_trickling_receiver_does_not_delay_a_healthy_ones_notifications(
-    webhook_worker, deliveries, receiver, misbehaving  # noqa: F811
+    webhook_worker, deliveries, receiver, misbehaving
 ):
     healthy = WebhookEndpoint.objects.create(name="healthy", url=receiver.url + "/hook")
     alone = latencies(receiver, notified_transitions(NOTIFICATIONS, "gpu-a"))
@@ -126,7 +115,7 @@ def most_at_once(attempts: list[DeliveryAttempt]) -> int:
     return most
 
 
-def test_at_most_the_cap_of_attempts_reach_one_receiver_at_once(webhook_worker, deliveries, misbehaving):  # noqa: F811
+def test_at_most_the_cap_of_attempts_reach_one_receiver_at_once(webhook_worker, deliveries, misbehaving):
     slow = WebhookEndpoint.objects.create(name="silent", url=misbehaving("silent").url)
     for transition in notified_transitions(6, "gpu-c"):
         tasks.dispatch.delay(transition.id)

@@ -5,11 +5,7 @@ traffic to non-loopback addresses, so every test here only ever connects to 127.
 """
 
 import ipaddress
-import sys
-import threading
 import time
-from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -20,78 +16,6 @@ HINT = (
     "(set GPULSE_WEBHOOK_ALLOW_PRIVATE=true to allow private targets, "
     "or list its network in GPULSE_WEBHOOK_ALLOWED_NETWORKS)"
 )
-
-
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        # A client that gave up first (the timeout test does so on purpose) is no error.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class Receiver:
-    """A real HTTP server on 127.0.0.1 that records requests and answers from a script."""
-
-    def __init__(self):
-        self.requests: list[dict] = []
-        self.script: deque = deque()  # (status, headers, delay) per request, then 200
-        self.received = threading.Condition()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _handle(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length)
-                status, headers, delay = receiver.script.popleft() if receiver.script else (200, {}, 0)
-                time.sleep(delay)
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-                with receiver.received:
-                    receiver.requests.append(
-                        {"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body}
-                    )
-                    receiver.received.notify_all()
-
-            do_POST = do_GET = _handle
-
-            def log_message(self, *args):
-                pass
-
-        self.server = _QuietServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def answer(self, *statuses, headers=None, delay=0.0):
-        for status in statuses:
-            self.script.append((status, headers or {}, delay))
-
-    def wait_for(self, count: int, timeout: float = 10.0) -> list[dict]:
-        """Block until ``count`` requests arrived (or fail); return them all."""
-        with self.received:
-            if not self.received.wait_for(lambda: len(self.requests) >= count, timeout):
-                raise AssertionError(f"expected {count} requests, got {len(self.requests)}")
-            return list(self.requests)
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receiver():
-    r = Receiver()
-    yield r
-    r.close()
 
 
 @pytest.fixture
@@ -215,7 +139,8 @@ def test_a_closed_port_is_a_temporary_connection_error(settings):
 def test_a_host_name_is_connected_at_its_checked_address_with_its_name_as_host(receiver, connections):
     port = receiver.server.server_address[1]
     loopback = (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("::1/128"))
-    response = outbound.post(f"http://localhost:{port}/named", b"{}", {}, policy=AddressPolicy(allowed_networks=loopback))
+    policy = AddressPolicy(allowed_networks=loopback)
+    response = outbound.post(f"http://localhost:{port}/named", b"{}", {}, policy=policy)
     assert response.status == 200
     [request] = receiver.wait_for(1)
     assert request["headers"]["Host"] == f"localhost:{port}"

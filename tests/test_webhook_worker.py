@@ -11,7 +11,6 @@ from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.alerts.models import DeliveryAttempt, Rule, Transition, WebhookEndpoint
 from tests.celery_workers import webhook_worker_running
 from tests.test_alerts_evaluate import T0, hot
-from tests.test_webhook_outbound import receiver  # noqa: F401  (fixture)
 from workers.celery_app import app
 
 SECRET = "worker-test-secret"
@@ -28,7 +27,7 @@ def worker(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture
-def endpoint(receiver, settings):  # noqa: F811
+def endpoint(receiver, settings):
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     settings.GPULSE_WEBHOOK_RETRY_BASE = 0.02  # seconds: the real backoff, made tiny
     return WebhookEndpoint.objects.create(name="ops", url=receiver.url + "/hook", secret=SECRET, format="gpulse")
@@ -66,7 +65,7 @@ def assert_signed(request):
     assert headers["X-Gpulse-Signature"] == signature(SECRET, headers["X-Gpulse-Timestamp"], request["body"])
 
 
-def test_a_receiver_answering_500_500_200_gets_three_attempts_with_one_event_id(worker, receiver, endpoint):  # noqa: F811
+def test_a_receiver_answering_500_500_200_gets_three_attempts_with_one_event_id(worker, receiver, endpoint):
     receiver.answer(500, 500, 200)
     transition = a_transition()
     tasks.dispatch.delay(transition.id)
@@ -75,11 +74,12 @@ def test_a_receiver_answering_500_500_200_gets_three_attempts_with_one_event_id(
     for request in requests:
         assert_signed(request)
     logged = attempts(3)
-    assert [(a.attempt, a.status_code, a.outcome) for a in logged] == [(1, 500, "retry"), (2, 500, "retry"), (3, 200, "ok")]
+    outcomes = [(a.attempt, a.status_code, a.outcome) for a in logged]
+    assert outcomes == [(1, 500, "retry"), (2, 500, "retry"), (3, 200, "ok")]
     assert all(a.transition_id == transition.id and a.endpoint_id == endpoint.id for a in logged)
 
 
-def test_a_receiver_answering_400_gets_one_attempt(worker, receiver, endpoint):  # noqa: F811
+def test_a_receiver_answering_400_gets_one_attempt(worker, receiver, endpoint):
     receiver.answer(400)
     tasks.dispatch.delay(a_transition().id)
     receiver.wait_for(1)
@@ -89,7 +89,7 @@ def test_a_receiver_answering_400_gets_one_attempt(worker, receiver, endpoint): 
     assert (logged.status_code, logged.outcome) == (400, "failed")
 
 
-def test_it_gives_up_after_the_maximum_attempts(worker, receiver, endpoint, settings):  # noqa: F811
+def test_it_gives_up_after_the_maximum_attempts(worker, receiver, endpoint, settings):
     settings.GPULSE_WEBHOOK_MAX_ATTEMPTS = 3
     receiver.answer(503, 503, 503, 503)
     tasks.dispatch.delay(a_transition().id)
@@ -100,7 +100,7 @@ def test_it_gives_up_after_the_maximum_attempts(worker, receiver, endpoint, sett
     assert [a.outcome for a in attempts(3)] == ["retry", "retry", "gave_up"]
 
 
-def test_a_duplicated_dispatch_delivers_once(worker, receiver, endpoint):  # noqa: F811
+def test_a_duplicated_dispatch_delivers_once(worker, receiver, endpoint):
     transition = a_transition()
     tasks.dispatch.delay(transition.id)
     tasks.dispatch.delay(transition.id)
@@ -109,7 +109,7 @@ def test_a_duplicated_dispatch_delivers_once(worker, receiver, endpoint):  # noq
     assert len(receiver.requests) == 1
 
 
-def test_severity_filter_and_disabled_endpoints_are_respected(worker, receiver, endpoint):  # noqa: F811
+def test_severity_filter_and_disabled_endpoints_are_respected(worker, receiver, endpoint):
     WebhookEndpoint.objects.create(name="pager", url=receiver.url + "/pager", format="slack", min_severity="critical")
     WebhookEndpoint.objects.create(name="off", url=receiver.url + "/off", enabled=False)
     assert tasks.dispatch(a_transition(severity="warning").id) == 1
@@ -117,7 +117,7 @@ def test_severity_filter_and_disabled_endpoints_are_respected(worker, receiver, 
     assert request["path"] == "/hook"
 
 
-def test_a_hot_gpu_gives_exactly_one_firing_and_one_resolved_post(worker, receiver, endpoint):  # noqa: F811
+def test_a_hot_gpu_gives_exactly_one_firing_and_one_resolved_post(worker, receiver, endpoint):
     only_rule(name="GPU hot", metric="gpu.temp", comparison=">", threshold=85, for_seconds=5)
     ev = AlertEvaluator()
     for second in range(0, 5):
@@ -141,7 +141,7 @@ def test_a_hot_gpu_gives_exactly_one_firing_and_one_resolved_post(worker, receiv
         assert_signed(request)
 
 
-def test_two_ingest_processes_on_one_database_notify_once(worker, receiver, endpoint):  # noqa: F811
+def test_two_ingest_processes_on_one_database_notify_once(worker, receiver, endpoint):
     only_rule(name="GPU hot", metric="gpu.temp", comparison=">", threshold=85, for_seconds=2)
     first, second = AlertEvaluator(), AlertEvaluator()
     for now in (T0, T0 + 1, T0 + 2, T0 + 3):

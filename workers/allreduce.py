@@ -204,6 +204,7 @@ class _Sweep:
         self.dist.all_reduce(recv)
         if corrupt:
             send[0] -= 1
+        assert self.expected is not None  # built whenever spec.check asks for checks
         wrong = (recv != self.expected[:count]).sum().to(torch.int64).reshape(1)
         self.dist.all_reduce(wrong)
         return int(wrong.item())

@@ -27,7 +27,9 @@ def emit(client: redis.Redis, keys: Keys, job_id, event: dict) -> None:
     pipe.execute()
 
 
-def read(client: redis.Redis, keys: Keys, job_id, after: str = "0-0", block_ms: int | None = None) -> list[tuple[str, dict]]:
+def read(
+    client: redis.Redis, keys: Keys, job_id, after: str = "0-0", block_ms: int | None = None
+) -> list[tuple[str, dict]]:
     """Return (entry id, event) pairs after ``after``, waiting up to block_ms for the first."""
     reply = client.xread({keys.job_events(job_id): after}, block=block_ms, count=1000)
     if not reply:
@@ -37,4 +39,5 @@ def read(client: redis.Redis, keys: Keys, job_id, after: str = "0-0", block_ms: 
 
 def history(client: redis.Redis, keys: Keys, job_id) -> list[tuple[str, dict]]:
     """Return every (entry id, event) pair of the job so far, oldest first."""
-    return [(entry_id.decode(), json.loads(fields[b"e"])) for entry_id, fields in client.xrange(keys.job_events(job_id))]
+    entries = client.xrange(keys.job_events(job_id))
+    return [(entry_id.decode(), json.loads(fields[b"e"])) for entry_id, fields in entries]

@@ -131,7 +131,8 @@ class _Rank:
     def __init__(self, spec: SweepSpec, local_rank: int):
         self.global_rank = spec.global_rank(local_rank)
         self.log = tempfile.TemporaryFile()
-        self.fd, write_fd = os.pipe()
+        read_fd, write_fd = os.pipe()
+        self.fd: int | None = read_fd  # None once the rank closed its end
         command = [sys.executable, "-m", "workers.allreduce", "--local-rank", str(local_rank),
                    "--report-fd", str(write_fd), "--parent-pid", str(os.getpid()),
                    "--spec", json.dumps(spec.to_dict())]
@@ -160,6 +161,7 @@ class _Rank:
         return self.error is None and self.exit_code is not None and self.exit_code != 0
 
     def read(self) -> list[dict]:
+        assert self.fd is not None  # read only while open
         chunk = os.read(self.fd, 1 << 16)
         if not chunk:
             os.close(self.fd)
@@ -224,12 +226,13 @@ def run_node(spec: SweepSpec, on_row: Callable[[Row], None] | None = None,
         try:
             store = _host_rendezvous(spec)
         except RuntimeError as exc:
-            reason = f"cannot host the rendezvous on port {spec.master_port}: {exc}".splitlines()[0]
-            return NodeResult(JobStatus.FAILED, reason, spec, versions=versions, duration_s=time.monotonic() - started)
+            refused = f"cannot host the rendezvous on port {spec.master_port}: {exc}".splitlines()[0]
+            return NodeResult(JobStatus.FAILED, refused, spec, versions=versions, duration_s=time.monotonic() - started)
         spec = dataclasses.replace(spec, master_port=store.port)
     ranks: list[_Rank] = []
     rows: list[Row] = []
     try:
+        assert spec.ranks_per_node is not None  # resolve_spec resolved it
         for local_rank in range(spec.ranks_per_node):
             ranks.append(_Rank(spec, local_rank))
         cancelled = getattr(cancel, "is_set", cancel) or (lambda: False)

@@ -117,6 +117,7 @@ class SweepSpec:
         return self.nnodes * self.ranks_per_node
 
     def global_rank(self, local_rank: int) -> int:
+        assert self.ranks_per_node is not None, "ranks per node is not resolved yet"
         return self.node_rank * self.ranks_per_node + local_rank
 
     def to_dict(self) -> dict:
@@ -137,7 +138,7 @@ def _require(condition: bool, message: str) -> None:
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int, itemsize: int) -> list[int]:
     """Return the message sizes in bytes: min, min×factor, … up to max, whole elements."""
-    sizes = []
+    sizes: list[int] = []
     size = min_bytes
     while size <= max_bytes:
         aligned = max(1, size // itemsize) * itemsize

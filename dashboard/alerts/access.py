@@ -6,6 +6,9 @@ so they ask for the same permissions and accept the same input.
 
 from dataclasses import dataclass
 
+from django import forms
+from django.db import models
+
 from dashboard.accounts.audit import audit
 from dashboard.alerts.forms import RuleForm, SilenceForm, WebhookForm
 from dashboard.alerts.models import Rule, Silence, WebhookEndpoint
@@ -13,8 +16,8 @@ from dashboard.alerts.models import Rule, Silence, WebhookEndpoint
 
 @dataclass(frozen=True)
 class ModelAccess:
-    model: type
-    form_class: type
+    model: type[models.Model]
+    form_class: type[forms.ModelForm]
     view_perm: str | None  # None: every logged-in user may read
     pass_user: bool = False  # the form records who saved it
 

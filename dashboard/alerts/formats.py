@@ -245,7 +245,7 @@ class SlackFormat(Format):
     def render(self, event, receiver):
         headline = slack_escape(f"[{self.MARKERS[event.kind]}] {event.summary} ({event.severity})")
         description = slack_escape(event.description)
-        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*\n{description}"}}]
+        blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*\n{description}"}}]
         url = alerts_url()
         if url:
             blocks.append({"type": "actions", "elements": [

@@ -120,7 +120,8 @@ def _checked_addresses(host: str, port: int, policy: AddressPolicy) -> list[str]
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise TransportError(f"cannot resolve {host}: {exc}") from None
-    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    # The stubs type a sockaddr's host as str | int; for AF_INET and AF_INET6 it is the address string.
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     for address in addresses:
         reason = policy.refusal(address)
         if reason:
@@ -186,6 +187,7 @@ class _ResponseReader(io.RawIOBase):
             raise TransportError(f"the response from {self._host} is larger than {MAX_RESPONSE_BYTES // 1024} KiB")
         self._sock.settimeout(self._deadline.remaining())
         count = self._file.readinto(memoryview(buffer)[: MAX_RESPONSE_BYTES - self._read])
+        assert count is not None  # None is a non-blocking socket's "nothing yet"; this one times out instead
         self._read += count
         return count
 
@@ -213,8 +215,11 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
             self.sock.settimeout(self._deadline.remaining())
         super().send(data)
 
-    def response_class(self, sock, *args, **kwargs):
-        return http.client.HTTPResponse(_ResponseReader(sock, self._deadline, self.host), *args, **kwargs)
+    # The stubs declare response_class a class; http.client only calls it, and
+    # HTTPResponse only calls its socket's makefile(), which _ResponseReader has.
+    def response_class(self, sock, *args, **kwargs):  # type: ignore[override]
+        reader = _ResponseReader(sock, self._deadline, self.host)
+        return http.client.HTTPResponse(reader, *args, **kwargs)  # type: ignore[arg-type]
 
 
 class _PinnedHTTPSConnection(_PinnedHTTPConnection):
@@ -263,12 +268,13 @@ def post(
     policy = policy or AddressPolicy.from_settings()
     deadline = _Deadline(timeout or settings.GPULSE_WEBHOOK_TIMEOUT)
     method = "POST"
+    payload: bytes | None = body
     for _hop in range(MAX_REDIRECTS + 1):
-        status, location, excerpt = _once(method, url, body, headers, policy, deadline)
+        status, location, excerpt = _once(method, url, payload, headers, policy, deadline)
         if status not in REDIRECT_CODES or not location:
             return Response(status=status, excerpt=excerpt, url=url)
         url = urljoin(url, location)
         if status in (301, 302, 303):
-            method, body = "GET", None
+            method, payload = "GET", None
             headers = {k: v for k, v in headers.items() if k.lower() not in ("content-type", "content-length")}
     raise TransportError(f"too many redirects (more than {MAX_REDIRECTS})", permanent=True)

@@ -28,7 +28,9 @@ class BenchmarkJob(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
-    status = models.CharField(max_length=16, choices=[(status.value, status.label) for status in JobStatus], default=JobStatus.QUEUED)
+    status = models.CharField(
+        max_length=16, choices=[(status.value, status.label) for status in JobStatus], default=JobStatus.QUEUED
+    )
     reason = models.TextField(blank=True, help_text="why the job failed, timed out or was cancelled")
 
     nodes = models.JSONField(help_text="node names, rank order")
@@ -78,7 +80,8 @@ class BenchmarkJob(models.Model):
 
     def may_be_cancelled_by(self, user) -> bool:
         """Whether user may cancel this job: its launcher, or a holder of cancel_any_benchmark."""
-        return (self.created_by_id is not None and self.created_by_id == user.pk) or user.has_perm(CANCEL_ANY_PERMISSION)
+        launched_it = self.created_by_id is not None and self.created_by_id == user.pk
+        return launched_it or user.has_perm(CANCEL_ANY_PERMISSION)
 
     def __str__(self):
         return f"job {self.pk} {self.status} on {','.join(self.nodes)}"

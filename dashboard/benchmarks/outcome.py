@@ -60,8 +60,10 @@ def decide(nodes: list[str], progress: Progress, workerless: set[str], now_ms: i
     gone = [node for node in silent if node in workerless]
     if gone:  # its task died with its worker: no report will ever come
         return failure(failed, gone, [n for n in silent if n not in gone], progress)
-    if failed and now_ms - progress.first_failure_ms >= FAILURE_SETTLE_S * 1000:
-        return failure(failed, [], silent, progress)
+    if failed:
+        assert progress.first_failure_ms is not None  # set by the first failed report
+        if now_ms - progress.first_failure_ms >= FAILURE_SETTLE_S * 1000:
+            return failure(failed, [], silent, progress)
     if now_ms >= deadline_ms:
         return Outcome(JobStatus.TIMED_OUT,
                        f"no report within the job's {timeout_s} s limit from {describe_missing(silent, progress)}")

@@ -40,7 +40,7 @@ def claim_and_dispatch(job_id: int) -> tuple[BenchmarkJob, bool]:
     )
     job = BenchmarkJob.objects.get(pk=job_id)
     if claimed:
-        for node, spec in zip(job.nodes, node_specs(job, addr, port)):
+        for node, spec in zip(job.nodes, node_specs(job, addr, port), strict=True):
             app.send_task("gpulse.benchmarks.run_node", args=[job.pk, node, spec], queue=node_queue(node))
     return job, bool(claimed)
 

@@ -19,7 +19,7 @@ def node(request, name):
     found = read_node(name)
     if found is None:
         return JsonResponse({"error": f"no node named {name!r}"}, status=404)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     try:
         since = parse_time(request.GET.get("since"), default=now - dt.timedelta(hours=1))
         until = parse_time(request.GET.get("until"), default=now)

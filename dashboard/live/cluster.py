@@ -49,7 +49,7 @@ def read_cluster() -> list[dict]:
     names = sorted(known)
     latest = client.mget([keys.node(name) for name in names]) if names else []
     now = time.time()
-    return [node_view(name, raw, known[name], now) for name, raw in zip(names, latest)]
+    return [node_view(name, raw, known[name], now) for name, raw in zip(names, latest, strict=True)]
 
 
 def read_node(name: str) -> dict | None:

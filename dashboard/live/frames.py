@@ -87,7 +87,10 @@ def _round(value, scale=1):
 
 def _with_alerts(rows: list, gpus: list, alerting: frozenset) -> list:
     """Return ``rows`` with FLAG_ALERT on the GPUs (by index) in ``alerting``; the cached rows stay as they are."""
-    return [row[:-1] + [row[-1] | FLAG_ALERT] if gpu.get("index") in alerting else row for row, gpu in zip(rows, gpus)]
+    return [
+        row[:-1] + [row[-1] | FLAG_ALERT] if gpu.get("index") in alerting else row
+        for row, gpu in zip(rows, gpus, strict=False)
+    ]
 
 
 class FrameBuilder:

@@ -11,18 +11,18 @@ def parse_time(value: str | None, default: dt.datetime) -> dt.datetime:
     """Accept unix seconds, ISO 8601, or a span back from now like "15m", "6h", "7d"."""
     if not value:
         return default
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     if value[-1] in RELATIVE_UNITS and value[:-1].isdigit():
         return now - dt.timedelta(seconds=int(value[:-1]) * RELATIVE_UNITS[value[-1]])
     try:
-        return dt.datetime.fromtimestamp(float(value), dt.timezone.utc)
+        return dt.datetime.fromtimestamp(float(value), dt.UTC)
     except ValueError:
         pass
     try:
         parsed = dt.datetime.fromisoformat(value)
     except ValueError:
         raise ValueError(f"not a time: {value!r} (use unix seconds, ISO 8601, or a span like 15m, 6h, 7d)") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def rollup_history(node: str, since: dt.datetime, until: dt.datetime) -> dict:

@@ -30,12 +30,14 @@ class CollectorIdentity:
         if boot != self.boot:
             if boot in self.earlier:
                 return EARLIER_RUN
-            restarted = self.boot is not None
-            if restarted:
+            if self.boot is None:
+                verdict = NEW
+            else:
                 self.earlier.append(self.boot)
                 self.restarts += 1
+                verdict = RESTART
             self.boot, self.high, self.seen = boot, seq, {seq}
-            return RESTART if restarted else NEW
+            return verdict
         if seq in self.seen:
             return DUPLICATE
         self.seen.add(seq)

@@ -157,7 +157,7 @@ class Ingest:
         self.probes.seed(names)
         latest = self.redis.mget([self.keys.node(name) for name in names])
         now = self.clock()
-        for name, raw in zip(names, latest):
+        for name, raw in zip(names, latest, strict=True):
             seen = orjson.loads(known[name.encode()])
             try:
                 sample = schema.parse(raw) if raw else None
@@ -271,7 +271,7 @@ class Ingest:
         else:
             node.arrived = max(node.arrived, arrived)
             # A late entry (a backlog, one reclaimed from a dead consumer) must not replace a newer one.
-            if verdict is None:
+            if seq is None:  # no verdict: the sample carries no identity
                 newer = placed >= node.placed
             else:
                 newer = verdict == RESTART or verdict == NEW and identity.is_newest(seq)

@@ -34,7 +34,7 @@ class ProbeTracker:
         pipe = self.redis.pipeline(transaction=False)
         for node in nodes:
             pipe.lrange(self.keys.probe_history(node), 0, HISTORY - 1)
-        for node, raw in zip(nodes, pipe.execute()):
+        for raw in pipe.execute():
             for record in reversed(raw):  # the list is newest first
                 self.record(orjson.loads(record))
 

@@ -7,8 +7,12 @@ animation-frame render that follows (heatmap, KPIs, table: "render") under
 """
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # playwright is imported where the browser starts
+    from playwright.async_api import ViewportSize
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -18,7 +22,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-VIEWPORT = {"width": 1440, "height": 900}
+VIEWPORT: "ViewportSize" = {"width": 1440, "height": 900}
 
 RESET_TIMINGS = """() => {
   const g = window.gpulse;

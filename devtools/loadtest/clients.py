@@ -62,7 +62,9 @@ class ClientFleet:
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except TimeoutError:
-            raise RuntimeError(f"only {self.connected} of {self.count} websocket clients connected in {timeout:.0f} s")
+            raise RuntimeError(
+                f"only {self.connected} of {self.count} websocket clients connected in {timeout:.0f} s"
+            ) from None
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -70,6 +72,7 @@ class ClientFleet:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _follow(self, index: int) -> None:
+        assert self._ready is not None  # start() makes it before the clients
         log = self.logs[index]
         try:
             async with connect(
@@ -79,6 +82,7 @@ class ClientFleet:
                 first = True
                 async for message in ws:
                     received = time.time()
+                    assert isinstance(message, str)  # gpulse sends text frames only
                     if first:
                         first = False
                         self.connected += 1
@@ -154,9 +158,10 @@ class ClientFleet:
 
     def samples_received(self, window: tuple[float, float]) -> int:
         """Distinct (node, ts) samples within ``window`` that reached the first client."""
-        seen = set()
+        seen: set[tuple[str, float]] = set()
         for delta in self.deltas.values():
-            seen.update((name, ts) for name, ts in zip(delta.nodes, delta.ts.tolist()) if window[0] <= ts < window[1])
+            pairs = zip(delta.nodes, delta.ts.tolist(), strict=True)
+            seen.update((name, ts) for name, ts in pairs if window[0] <= ts < window[1])
         return len(seen)
 
     def deltas_per_client(self, window: tuple[float, float]) -> float:

@@ -48,6 +48,7 @@ class ProcessMeter:
 
     @property
     def cpu_percent(self) -> float:
+        assert self._start is not None and self._stop is not None, "read between start() and stop()"
         (t0, cpu0), (t1, cpu1) = self._start, self._stop
         return 100.0 * (cpu1 - cpu0) / (t1 - t0)
 

@@ -76,6 +76,7 @@ class LoadSystem:
 
     @property
     def redis_url(self) -> str:
+        assert self.stack.redis_url is not None, "the stack sets it on start"
         return self.stack.redis_url
 
     def pids(self) -> dict[str, list[int]]:
@@ -83,7 +84,7 @@ class LoadSystem:
         roles: dict[str, list[int]] = {}
         for name, process in self.stack.processes:
             roles.setdefault(name.split("-")[0], []).append(process.pid)
-        if self.redis is not None:
+        if self.redis is not None and self.redis.process is not None:
             roles["redis"] = [self.redis.process.pid]
         return roles
 
@@ -95,7 +96,8 @@ class LoadSystem:
         # Collectors first: they need only Redis, and sample while Django starts elsewhere.
         for k, count in enumerate(split(self.nodes, self.collectors), start=1):
             self.stack.spawn(
-                f"collector-{k}", "simulator", py, "-m", "collectors", "--source", "simulated", "--redis-url", self.redis_url,
+                f"collector-{k}", "simulator", py, "-m", "collectors", "--source", "simulated",
+                "--redis-url", self.redis_url,
                 "--nodes", str(count), "--gpus-per-node", str(self.gpus_per_node), "--interval", str(self.interval),
                 "--name-prefix", f"sim{k}-", "--seed", str(k), "--probe-interval", "0",
             )

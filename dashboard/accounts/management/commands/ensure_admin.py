@@ -7,7 +7,8 @@ from django.core.management.base import BaseCommand
 
 
 class Command(BaseCommand):
-    help = "Create the superuser 'admin' if missing (password from GPULSE_ADMIN_PASSWORD, else generated and printed once)."
+    help = ("Create the superuser 'admin' if missing "
+            "(password from GPULSE_ADMIN_PASSWORD, else generated and printed once).")
 
     def add_arguments(self, parser):
         parser.add_argument("--username", default="admin")

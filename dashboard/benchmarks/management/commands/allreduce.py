@@ -33,7 +33,7 @@ class Command(BaseCommand):
             "all_reduce_perf (sizes take K/M/G suffixes, binary).")
     # It touches neither the database nor the URLs; the checks would only
     # delay the benchmark, or stop it for a problem elsewhere in the project.
-    requires_system_checks = []
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         parser.add_argument("--nodes", type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
