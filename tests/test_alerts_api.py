@@ -7,9 +7,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from collectors.simulated import parse_fault
 from dashboard.accounts.models import ApiToken
 from dashboard.alerts.models import Rule, Silence, WebhookEndpoint
-from collectors.simulated import parse_fault
 from gpulse.faults import FAULTS, NODE_FAULTS
 from gpulse.keys import Keys
 
@@ -103,7 +103,8 @@ def test_it_creates_a_webhook_and_never_returns_its_secret(admin):
     assert body["secret"] == endpoint.secret and len(endpoint.secret) >= 32  # generated, shown once
     listed = admin.get("/api/v1/webhooks").json()["results"]
     assert listed == [
-        {"id": endpoint.id, "name": "ops", "url": HOOK["url"], "format": "alertmanager", "enabled": True, "min_severity": "info"}
+        {"id": endpoint.id, "name": "ops", "url": HOOK["url"], "format": "alertmanager", "enabled": True,
+         "min_severity": "info"}
     ]
     updated = patch(admin, f"/api/v1/webhooks/{endpoint.id}", {"enabled": False})
     assert updated.status_code == 200 and "secret" not in updated.json()
@@ -167,7 +168,9 @@ def test_a_webhook_host_that_does_not_resolve_is_accepted(admin, settings):
 
 def test_silences_and_the_alert_list(admin):
     rule = Rule.objects.get(name="GPU lost")
-    created = post(admin, "/api/v1/silences", {"rule": rule.id, "node_glob": "gpu-0*", "minutes": 30, "comment": "maintenance"})
+    created = post(
+        admin, "/api/v1/silences", {"rule": rule.id, "node_glob": "gpu-0*", "minutes": 30, "comment": "maintenance"}
+    )
     assert created.status_code == 201
     silence = Silence.objects.get(id=created.json()["id"])
     assert silence.created_by == "admin" and silence.matches(rule.id, "gpu-07", 3)

@@ -50,7 +50,8 @@ def test_a_rule_is_created_from_the_rules_page(admin):
     response = admin.post(
         "/alerts/rules/",
         {"name": "Power cap", "metric": "gpu.throttle", "throttle_reason": "sw_power_cap", "comparison": "==",
-         "threshold": "1", "for_seconds": "30", "node_glob": "", "severity": "info", "enabled": "on", "repeat_interval": "3600"},
+         "threshold": "1", "for_seconds": "30", "node_glob": "", "severity": "info", "enabled": "on",
+         "repeat_interval": "3600"},
     )
     assert response.status_code == 302
     assert Rule.objects.get(name="Power cap").condition_text() == "gpu.throttle[sw_power_cap] == 1 for 30 s"
@@ -75,7 +76,7 @@ def test_without_permission_the_pages_are_read_only(viewer):
     assert viewer.get("/alerts/simulator/").status_code == 403
 
 
-def test_send_test_delivers_a_signed_event_and_logs_it(admin, receiver, settings):  # noqa: F811
+def test_send_test_delivers_a_signed_event_and_logs_it(admin, receiver, settings):
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     response = admin.post("/alerts/webhooks/", {"name": "local", "url": receiver.url + "/in", "format": "slack",
                                                 "enabled": "on", "min_severity": "info", "secret": ""})
@@ -86,7 +87,8 @@ def test_send_test_delivers_a_signed_event_and_logs_it(admin, receiver, settings
     assert endpoint.secret not in admin.get(response.url).content.decode()
     admin.post(f"/alerts/webhooks/{endpoint.id}/test")
     [request] = receiver.wait_for(1)
-    assert request["headers"]["X-Gpulse-Signature"] == signature(endpoint.secret, request["headers"]["X-Gpulse-Timestamp"], request["body"])
+    headers = request["headers"]
+    assert headers["X-Gpulse-Signature"] == signature(endpoint.secret, headers["X-Gpulse-Timestamp"], request["body"])
     logged = DeliveryAttempt.objects.get()
     assert (logged.kind, logged.status_code, logged.outcome) == ("test", 200, "ok")
     page = admin.get(f"/alerts/webhooks/{endpoint.id}/").content.decode()
@@ -184,7 +186,9 @@ def test_the_alerts_page_reads_deliveries_in_a_fixed_number_of_queries(viewer):
 
 
 def test_a_silence_is_created_from_the_alerts_page(admin):
-    response = admin.post("/alerts/silences/", {"node_glob": "gpu-0*", "minutes": "90", "comment": "reboot"}, follow=True)
+    response = admin.post(
+        "/alerts/silences/", {"node_glob": "gpu-0*", "minutes": "90", "comment": "reboot"}, follow=True
+    )
     page = response.content.decode()
     assert "Silenced node gpu-0* until" in page and "reboot" in page.split('id="silences"')[1]
 
@@ -203,7 +207,7 @@ def test_without_the_permission_an_id_is_403_whether_it_exists_or_not(viewer):
 
 
 @pytest.mark.timeout(30)  # without a deadline the page would wait for ever
-def test_send_test_ends_within_the_deadline_on_a_trickling_receiver(admin, misbehaving, settings):  # noqa: F811
+def test_send_test_ends_within_the_deadline_on_a_trickling_receiver(admin, misbehaving, settings):
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     settings.GPULSE_WEBHOOK_TIMEOUT = DEADLINE
     endpoint = WebhookEndpoint.objects.create(name="slow", url=misbehaving("trickle").url)

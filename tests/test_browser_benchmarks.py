@@ -94,7 +94,8 @@ def test_a_post_without_csrf_token_is_refused(admin_context, running_system):
 def test_the_job_page_reconnects_after_a_web_restart_and_shows_how_the_job_ended(admin_page, running_system):
     # A job nobody runs: the test writes its events, as node workers and the control worker would.
     client, keys, stack = running_system.redis(), Keys(), running_system.stack
-    created = stack.manage("shell", "-c", "from dashboard.benchmarks.models import BenchmarkJob as J; print(J.objects.create("
+    created = stack.manage("shell", "-c", "from dashboard.benchmarks.models import BenchmarkJob as J; "
+                           "print(J.objects.create("
                            "nodes=['sim-01'], ranks_per_node=1, min_bytes=1024, max_bytes=2048, status='running').pk)")
     job = int(created.splitlines()[-1])  # after the shell's own note on what it imported
     row = {"count": 256, "type": "float", "redop": "sum", "time_us": 9.0, "algbw": 0.1, "busbw": 0.1, "wrong": 0,

@@ -44,7 +44,9 @@ def open_overview(page, system):
 
 def wait_for_heatmap(page, predicate: str, timeout: float = 15_000):
     """Wait until ``predicate`` (JS over the heatmap state h) holds; return that state."""
-    page.wait_for_function(f"() => (() => {{ const h = ({HEATMAP})(); return h && ({predicate}); }})()", timeout=timeout)
+    page.wait_for_function(
+        f"() => (() => {{ const h = ({HEATMAP})(); return h && ({predicate}); }})()", timeout=timeout
+    )
     return page.evaluate(HEATMAP)
 
 
@@ -243,7 +245,9 @@ def test_lost_gpus_and_dead_nodes_are_marked_never_shown_as_current(admin_page, 
     admin_page.wait_for_function("() => document.getElementById('live-util').data[0].y.includes(null)")
 
 
-def probe_record(node: str, ts: float, busbw: float | None, status: str = "succeeded", reason: str | None = None) -> dict:
+def probe_record(
+    node: str, ts: float, busbw: float | None, status: str = "succeeded", reason: str | None = None
+) -> dict:
     """A probe result as collectors.probe writes it."""
     return {"v": 1, "node": node, "ts": ts, "backend": "gloo", "world_size": 2, "max_bytes": 1 << 20,
             "busbw": busbw, "avg_busbw": busbw and busbw / 2, "wrong": 0, "status": status, "reason": reason,

@@ -112,7 +112,9 @@ def test_a_node_with_a_skewed_clock_is_up_and_badged_then_forgotten(small_system
 
         node.restart()
         small_page.goto(f"{base}/nodes/{node.name}/")
-        small_page.wait_for_function("() => document.getElementById('node-restarts').textContent === 'collector restarted 1 time'")
+        small_page.wait_for_function(
+            "() => document.getElementById('node-restarts').textContent === 'collector restarted 1 time'"
+        )
         assert small_page.text_content("#node-status") == "up"
         assert "Clock skew −60 min" in small_page.text_content("#node-banner")
         small_page.wait_for_selector("#gpu-table tbody tr:nth-child(2)")

@@ -44,7 +44,8 @@ TEXT_COLOURS = """() => {
     const rect = el.getBoundingClientRect();
     if (el.matches(".skip-link") && rect.bottom <= 0) continue;  // shown only when focused
     out.push({
-      what: el.tagName.toLowerCase() + (el.className && typeof el.className === "string" ? "." + el.className.trim().replace(/\\s+/g, ".") : "")
+      what: el.tagName.toLowerCase()
+            + (el.className && typeof el.className === "string" ? "." + el.className.trim().replace(/\\s+/g, ".") : "")
             + " " + JSON.stringify(el.textContent.trim().slice(0, 30)),
       color: style.color, background: bg, opacity: opacity,
       size: parseFloat(style.fontSize), weight: Number(style.fontWeight),
@@ -64,7 +65,8 @@ OVERFLOW = """() => {
       if (o === "auto" || o === "scroll" || o === "hidden") return false;  // clipped by its container
     }
     return true;
-  }).slice(0, 5).map(e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + "." + String(e.className).replace(/\\s+/g, ".")
+  }).slice(0, 5).map(e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")
+                          + "." + String(e.className).replace(/\\s+/g, ".")
                           + " right=" + Math.round(e.getBoundingClientRect().right));
   return {scrollWidth: document.documentElement.scrollWidth, innerWidth: width, wide: wide};
 }"""
@@ -78,7 +80,8 @@ LOGOUT_BUTTON = """() => {
 
 # Pages that draw from live data: wait until they have.
 READY = {
-    "overview": "() => window.gpulse && window.gpulse.frames > 0 && document.querySelectorAll('#node-table tbody tr').length === 4",
+    "overview": "() => window.gpulse && window.gpulse.frames > 0"
+                " && document.querySelectorAll('#node-table tbody tr').length === 4",
     "node": "() => document.querySelectorAll('#gpu-table tbody tr').length > 0",
 }
 
@@ -181,9 +184,12 @@ def test_every_page_fits_the_screen_and_its_text_is_readable(chromium, running_s
 
                 overflow = page.evaluate(OVERFLOW)
                 if overflow["scrollWidth"] > overflow["innerWidth"]:
-                    problems.append(f"{where}: page is {overflow['scrollWidth']} px wide in {overflow['innerWidth']}: {overflow['wide']}")
+                    problems.append(f"{where}: page is {overflow['scrollWidth']} px wide in {overflow['innerWidth']}:"
+                                    f" {overflow['wide']}")
                 button = page.evaluate(LOGOUT_BUTTON)
-                if logged_in and not (button and 0 <= button["left"] and button["right"] <= button["width"] and button["top"] >= 0):
+                if logged_in and not (
+                    button and 0 <= button["left"] and button["right"] <= button["width"] and button["top"] >= 0
+                ):
                     problems.append(f"{where}: the log-out button is off screen: {button}")
 
                 for text in page.evaluate(TEXT_COLOURS):
@@ -212,19 +218,25 @@ def test_the_status_and_severity_colours_are_readable(chromium, running_system, 
             <span class="status status-down">down</span><span class="status status-unknown">queued</span>
             <p class="muted">muted</p><span class="na">not supported</span><a href="#">link</a>
             <table class="table"><tbody>
-              <tr class="status-firing"><td class="severity-critical">critical</td><td class="severity-warning">warning</td><td class="severity-info">info</td></tr>
-              <tr class="row-down"><td>down row</td></tr><tr class="row-stale"><td><span class="status-stale">stale row</span></td></tr>
+              <tr class="status-firing"><td class="severity-critical">critical</td>
+                <td class="severity-warning">warning</td><td class="severity-info">info</td></tr>
+              <tr class="row-down"><td>down row</td></tr>
+              <tr class="row-stale"><td><span class="status-stale">stale row</span></td></tr>
               <tr class="lost"><td><span class="status-down">lost row</span></td></tr>
               <tr class="outcome-failed"><td>failed delivery</td></tr><tr class="outcome-retry"><td>retry</td></tr>
               <tr class="disabled"><td>disabled rule</td></tr>
             </tbody></table>
-            <ul class="messages"><li class="error">error</li><li class="warning">warning</li><li class="success">ok</li><li>info</li></ul>
-            <p class="empty">Nothing is firing.</p><span class="helptext">help</span><span class="frame-age late">late</span>`;
+            <ul class="messages">
+              <li class="error">error</li><li class="warning">warning</li><li class="success">ok</li><li>info</li>
+            </ul>
+            <p class="empty">Nothing is firing.</p>
+            <span class="helptext">help</span><span class="frame-age late">late</span>`;
           const holder = document.createElement("div");
           holder.className = "panel";
           holder.innerHTML = html;
           main.prepend(holder);
-          const pick = holder.querySelectorAll(".status, .muted, .na, a, td, td span, .messages li, .empty, .helptext, .frame-age");
+          const pick = holder.querySelectorAll(
+            ".status, .muted, .na, a, td, td span, .messages li, .empty, .helptext, .frame-age");
           const opaque = c => c !== "rgba(0, 0, 0, 0)" && c !== "transparent";
           return Array.from(pick).map(el => {
             let bg = null, opacity = 1;
@@ -233,16 +245,20 @@ def test_the_status_and_severity_colours_are_readable(chromium, running_system, 
               opacity *= Number(s.opacity);
               if (!bg && opaque(s.backgroundColor)) bg = s.backgroundColor;
             }
-            return {what: el.outerHTML.slice(0, 60), color: getComputedStyle(el).color, background: bg, opacity: opacity};
+            return {what: el.outerHTML.slice(0, 60), color: getComputedStyle(el).color,
+                    background: bg, opacity: opacity};
           });
         }""")
-        topbar = page.evaluate("""() => Array.from(document.querySelectorAll(".topbar nav a, .topbar .logout a, .topbar .logout button"))
+        topbar = page.evaluate("""() => Array.from(
+            document.querySelectorAll(".topbar nav a, .topbar .logout a, .topbar .logout button"))
           .map(el => ({what: el.textContent.trim(), color: getComputedStyle(el).color,
-                       background: getComputedStyle(document.querySelector(".topbar")).backgroundColor, opacity: 1}))""")
+                       background: getComputedStyle(document.querySelector(".topbar")).backgroundColor,
+                       opacity: 1}))""")
     finally:
         context.close()
     assert len(samples) >= 25 and len(topbar) >= 4
-    low = [f"{s['what']}: {s['color']} on {s['background']} opacity {s['opacity']:.2f} = {contrast(s['color'], s['background']):.2f}"
+    low = [f"{s['what']}: {s['color']} on {s['background']} opacity {s['opacity']:.2f}"
+           f" = {contrast(s['color'], s['background']):.2f}"
            for s in samples + topbar if s["opacity"] < 1 or contrast(s["color"], s["background"]) < 4.5]
     assert not low, "\n".join(low)
 
@@ -250,7 +266,9 @@ def test_the_status_and_severity_colours_are_readable(chromium, running_system, 
 def test_the_skip_link_is_the_first_stop_and_moves_focus_to_the_content(admin_page, running_system):
     admin_page.goto(running_system.base_url + "/alerts/")
     admin_page.keyboard.press("Tab")
-    focused = admin_page.evaluate("() => ({text: document.activeElement.textContent, top: document.activeElement.getBoundingClientRect().top})")
+    focused = admin_page.evaluate(
+        "() => ({text: document.activeElement.textContent, top: document.activeElement.getBoundingClientRect().top})"
+    )
     assert focused == {"text": "Skip to content", "top": 0}
     admin_page.keyboard.press("Enter")
     assert admin_page.evaluate("() => document.activeElement.id") == "main"
@@ -275,7 +293,10 @@ def test_the_password_change_page_is_linked_and_works(chromium, running_system):
         page.click(".topbar .logout a")
         assert page.url.endswith("/accounts/password_change/")
         assert page.locator("h1").text_content() == "Change your password"
-        for new, old in (("a-new-Passphrase-42", running_system.password), (running_system.password, "a-new-Passphrase-42")):
+        for new, old in (
+            ("a-new-Passphrase-42", running_system.password),
+            (running_system.password, "a-new-Passphrase-42"),
+        ):
             page.fill("#id_old_password", old)
             page.fill("#id_new_password1", new)
             page.fill("#id_new_password2", new)

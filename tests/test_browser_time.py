@@ -64,7 +64,9 @@ def test_a_browser_in_any_zone_reads_the_same_local_time_on_axis_and_banner(chro
                 page.set_default_timeout(15_000)
                 log_in(page, running_system.base_url, running_system.username, running_system.password,
                        "/nodes/sim-04/")
-                page.wait_for_function("() => document.getElementById('node-banner').textContent.includes('no data since')")
+                page.wait_for_function(
+                    "() => document.getElementById('node-banner').textContent.includes('no data since')"
+                )
                 page.wait_for_function(f"() => ({LAST_POINT})() !== null")
                 banner = page.text_content("#node-banner")
                 axis = page.evaluate(LAST_POINT)

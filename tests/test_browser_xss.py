@@ -38,7 +38,8 @@ PAGE_NODE = "<img src=x class=pwned onerror=window.__pwned=1>"
 INJECTED = """() => ({
   pwned: window.__pwned === undefined ? null : String(window.__pwned),
   elements: Array.from(document.querySelectorAll(
-    ".pwned, img[src='x'], a[href^='https://evil'], a[href^='javascript'], main script:not([type='application/json']), svg script"
+    ".pwned, img[src='x'], a[href^='https://evil'], a[href^='javascript'], "
+    + "main script:not([type='application/json']), svg script"
   )).map(e => e.outerHTML.slice(0, 120)),
 })"""
 
@@ -113,21 +114,25 @@ def test_hostile_snapshot_runs_nothing_on_the_overview(watched_page, running_sys
         hostile_row = [HOSTILE, IMG, 50, 300, 1500, 0]
         for name, status in ((OVERVIEW_NODE, "up"), (PAGE_NODE, HOSTILE), (SVG, "stale")):
             snapshot["nodes"][name] = dict(
-                real, status=status, gpus=[hostile_row] + real["gpus"][1:], meta=[[HOSTILE, IMG, SVG]] * len(real["gpus"]),
+                real, status=status, gpus=[hostile_row] + real["gpus"][1:],
+                meta=[[HOSTILE, IMG, SVG]] * len(real["gpus"]),
                 probe={"busbw": IMG, "median": HOSTILE, "low": True, "status": HREF_JS, "ts": time.time()},
             )
         snapshot["summary"]["latest_busbw"] = {"busbw": 3.0, "previous": 2.0, "nodes": HOSTILE}
         client.set(keys.snapshot, orjson.dumps(snapshot))
         open_checked(watched_page, running_system.base_url + "/",
-                     "document.getElementById('heatmap').data && document.querySelectorAll('#node-table tbody tr').length >= 7")
+                     "document.getElementById('heatmap').data"
+                     " && document.querySelectorAll('#node-table tbody tr').length >= 7")
         labels = watched_page.evaluate("document.getElementById('heatmap').layout.yaxis.ticktext")
         assert any("evil.example" in label for label in labels)  # there, but as text
         assert "evil.example" in watched_page.text_content(".heatmap .yaxislayer-above")
         # Hover every hostile row so the tooltip renders its model, probe and name.
         for row in range(len(snapshot["nodes"])):
             spot = watched_page.evaluate("""(row) => {
-              const gd = document.getElementById("heatmap"), size = gd._fullLayout._size, box = gd.getBoundingClientRect();
-              return {x: box.left + size.l + gd._fullLayout.xaxis.l2p(0), y: box.top + size.t + gd._fullLayout.yaxis.l2p(row)};
+              const gd = document.getElementById("heatmap"), size = gd._fullLayout._size,
+                box = gd.getBoundingClientRect();
+              return {x: box.left + size.l + gd._fullLayout.xaxis.l2p(0),
+                      y: box.top + size.t + gd._fullLayout.yaxis.l2p(row)};
             }""", row)
             watched_page.mouse.move(spot["x"], spot["y"], steps=2)
         watched_page.wait_for_selector("#heat-tooltip:not([hidden])")
@@ -145,7 +150,8 @@ def test_hostile_alert_and_job_values_run_nothing(watched_page, running_system):
         "from dashboard.alerts.models import Alert, Rule\n"
         "from dashboard.benchmarks.models import BenchmarkJob\n"
         f"hostile, node = {HOSTILE!r}, {PAGE_NODE!r}\n"
-        "rule, _ = Rule.objects.get_or_create(name='xss ' + hostile[:60], defaults={'metric': 'temp', 'threshold': 1})\n"
+        "rule, _ = Rule.objects.get_or_create(name='xss ' + hostile[:60],"
+        " defaults={'metric': 'temp', 'threshold': 1})\n"
         "Alert.objects.update_or_create(fingerprint='xss0000000000000', defaults=dict(rule=rule, node=node,"
         " gpu=0, status='firing', status_since=timezone.now(), fired_at=timezone.now(), value=99))\n"
         "rows = [dict(size=1024, count=256, type=hostile, redop=hostile, time_us=1.0, algbw=1.0, busbw=1.0,"

@@ -121,7 +121,7 @@ def test_each_reading_at_its_bounds_takes_the_fast_path_and_just_past_them_goes_
             takes_the_fast_path(schema.encode(sample("n1", gpus=1, **{name: value})))
         for value in (low - 1, high + 1, math.nextafter(float(low), -math.inf), math.nextafter(float(high), math.inf)):
             assert goes_to_validate(schema.encode(sample("n1", gpus=1, **{name: value})))[1] == 1
-    for name, low, high in schema._HOST_BOUNDS:
+    for name, _low, high in schema._HOST_BOUNDS:
         entry = sample("n1", gpus=1)
         entry["host"][name] = math.nextafter(float(high), math.inf)
         assert goes_to_validate(schema.encode(entry))[1] == 1

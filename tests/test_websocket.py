@@ -70,7 +70,8 @@ async def test_a_socket_without_an_origin_is_refused(redis_client, session_cooki
 
 async def test_the_page_on_a_non_default_port_is_its_own_origin(redis_client, session_cookie):
     communicator = WebsocketCommunicator(application, "/ws/cluster/", headers=[
-        (b"origin", b"http://localhost:8001"), (b"host", b"localhost:8001"), (b"cookie", f"sessionid={session_cookie}".encode()),
+        (b"origin", b"http://localhost:8001"), (b"host", b"localhost:8001"),
+        (b"cookie", f"sessionid={session_cookie}".encode()),
     ])
     connected, _ = await communicator.connect()
     assert connected
@@ -84,7 +85,9 @@ async def test_the_page_on_a_non_default_port_is_its_own_origin(redis_client, se
     ("https://gpulse.example.com:8443", False),
     ("http://localhost", False),  # the Host header is not the public address
 ])
-async def test_with_an_external_url_only_its_origin_is_accepted(redis_client, session_cookie, settings, origin, accepted):
+async def test_with_an_external_url_only_its_origin_is_accepted(
+    redis_client, session_cookie, settings, origin, accepted
+):
     settings.GPULSE_EXTERNAL_URL = "https://gpulse.example.com/"
     communicator = WebsocketCommunicator(application, "/ws/cluster/", headers=headers(session_cookie, origin))
     connected, _ = await communicator.connect()

@@ -60,7 +60,8 @@ def refusal_response(refusal: Refusal) -> JsonResponse:
 @require_http_methods(["GET", "POST"])
 def job_list(request):
     if request.method == "GET":
-        return JsonResponse({"jobs": [job_json(j) for j in BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS]]})
+        jobs = BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS]
+        return JsonResponse({"jobs": [job_json(j) for j in jobs]})
     if not request.user.has_perm(LAUNCH_PERMISSION):
         return JsonResponse({"error": "launching benchmarks needs the launch_benchmark permission"}, status=403)
     try:

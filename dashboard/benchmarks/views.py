@@ -16,7 +16,7 @@ def job_list(request):
     form = LaunchForm(request.POST or None) if can_launch else None
     status = 200
     if request.method == "POST":
-        if not can_launch:
+        if form is None:  # None exactly when the user may not launch
             raise PermissionDenied("launching benchmarks needs the launch_benchmark permission")
         if form.is_valid():
             outcome = launch(request.user, form.cleaned_data)
@@ -27,7 +27,11 @@ def job_list(request):
             status = outcome.status
         else:
             status = 400
-    context = {"form": form, "jobs": BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS], "throughput": job_throughput()}
+    context = {
+        "form": form,
+        "jobs": BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS],
+        "throughput": job_throughput(),
+    }
     return render(request, "benchmarks/list.html", context, status=status)
 
 
