@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -28,3 +30,17 @@ def test_the_collector_cpu_measure_reports_every_sample():
     # One tick may slip on a loaded 2-core CI machine; the script still counts it.
     assert figures["expected_samples"] == 4 and figures["samples"] >= 3
     assert 0 < figures["cpu_percent"] < 100
+
+
+def test_the_contract_benchmark_times_every_way_of_reading_a_sample():
+    # It compares with the parse of an older commit, read from git: a checkout
+    # without that history (a shallow clone) cannot run the comparison.
+    history = subprocess.run(["git", "cat-file", "-e", "ece1447"], cwd=ROOT, capture_output=True)
+    if history.returncode != 0:
+        pytest.skip("the benchmark's baseline commit is not in this checkout's history")
+    done = run("-m", "devtools.bench_parse", "--nodes", "20", "--repeat", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["samples"] == 20
+    assert 0 < figures["json_only_us_per_sample"] < figures["checked_us_per_sample"]
+    assert figures["now_us_per_sample"] > 0 and figures["before_us_per_sample"] > 0
