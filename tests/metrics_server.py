@@ -2,9 +2,6 @@
 its database seeded and a cluster written to Redis as ingest leaves it."""
 
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -14,12 +11,11 @@ from pathlib import Path
 
 import redis
 
-from devtools.redis_server import free_port
 from gpulse import schema
 from gpulse.keys import Keys
 from tests.samples import gpu, sample
+from tests.web_server import uvicorn_server
 
-ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "metrics-token-0123456789-abcdefghijklmnop"
 
 # Rows the scraped app finds in its database: what ingest, the control worker
@@ -78,39 +74,13 @@ def write_cluster(client: redis.Redis) -> None:
 @contextmanager
 def serve_metrics(redis_url: str, state: Path) -> Iterator[str]:
     """Yield the /metrics URL of the ASGI app under uvicorn, with a seeded SQLite database and a cluster in Redis."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GPULSE_")}
-    env.update(
-        DJANGO_SETTINGS_MODULE="dashboard.settings", REDIS_URL=redis_url, PYTHONUNBUFFERED="1",
-        DATABASE_URL=f"sqlite:///{state / 'db.sqlite3'}", GPULSE_METRICS_TOKEN=TOKEN,
-    )
-    subprocess.run([sys.executable, "-c", SEED_DATABASE], cwd=ROOT, env=env, check=True, timeout=120)
-    port = free_port()
-    log = open(state / "web.log", "wb")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "dashboard.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--lifespan", "off", "--no-access-log"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
     client = redis.Redis.from_url(redis_url)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                break
-            except urllib.error.HTTPError:
-                break  # 503: no ingest heartbeat, but the server answers
-            except OSError:
-                assert server.poll() is None, (state / "web.log").read_text()
-                assert time.monotonic() < deadline, "uvicorn did not answer within 60 s"
-                time.sleep(0.2)
-        client.flushdb()
-        write_cluster(client)
-        yield f"http://127.0.0.1:{port}/metrics"
+        with uvicorn_server(state, redis_url, SEED_DATABASE, GPULSE_METRICS_TOKEN=TOKEN) as url:
+            client.flushdb()
+            write_cluster(client)
+            yield url + "/metrics"
     finally:
-        server.terminate()
-        server.wait(10)
-        log.close()
         client.flushdb()
         client.close()
 

@@ -1,23 +1,18 @@
 import http.cookiejar
-import os
 import re
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 from django.core.cache import cache
 
 from dashboard.accounts.models import AuditEvent
-from devtools.redis_server import free_port
+from tests.web_server import uvicorn_server
 
 pytestmark = pytest.mark.django_db
 
-ROOT = Path(__file__).resolve().parent.parent
 FAILURE_LIMIT = 5
 
 
@@ -115,33 +110,8 @@ get_user_model().objects.create_user("alice", password="right-password-1")
 def proxied_web(redis_server, tmp_path_factory):
     """uvicorn trusting X-Forwarded-For from 127.0.0.1, as behind the documented proxy."""
     state = tmp_path_factory.mktemp("proxied")
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GPULSE_")}
-    env.update(DJANGO_SETTINGS_MODULE="dashboard.settings", REDIS_URL=redis_server.url, PYTHONUNBUFFERED="1",
-               DATABASE_URL=f"sqlite:///{state / 'db.sqlite3'}")
-    subprocess.run([sys.executable, "-c", SEED_USER], cwd=ROOT, env=env, check=True, timeout=120)
-    port = free_port()
-    log = open(state / "web.log", "wb")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "dashboard.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--no-access-log", "--forwarded-allow-ips", "127.0.0.1"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(url + "/healthz", timeout=2)
-            break
-        except urllib.error.HTTPError:
-            break  # 503: no ingest heartbeat, but the server answers
-        except OSError:
-            assert server.poll() is None, (state / "web.log").read_text()
-            assert time.monotonic() < deadline, "uvicorn did not answer within 60 s"
-            time.sleep(0.2)
-    yield url
-    server.terminate()
-    server.wait(10)
-    log.close()
+    with uvicorn_server(state, redis_server.url, SEED_USER, "--forwarded-allow-ips", "127.0.0.1") as url:
+        yield url
 
 
 def proxied_login(url: str, forwarded_for: str, password: str) -> int:
@@ -174,7 +144,6 @@ def test_behind_the_proxy_one_clients_failures_do_not_lock_out_another(proxied_w
 
 def test_launches_and_cancels_are_audited(client, redis_client, operator_user):
     import json
-    import time
 
     from gpulse import schema
     from gpulse.keys import Keys
