@@ -34,8 +34,9 @@ prometheus:
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
 	  && if [ -d /run/systemd/system ]; then systemctl disable --now prometheus; fi)
 
+# PYTEST_ARGS narrows a run, e.g. PYTEST_ARGS='-m "not browser"' or a test file.
 test: $(STAMP) system-packages
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff (pyflakes, pycodestyle, import order, bugbear) and mypy, configured in pyproject.toml.
 lint: $(STAMP)
