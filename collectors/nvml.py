@@ -19,7 +19,7 @@ import psutil
 import pynvml
 
 from collectors.sources import SourceUnavailable
-from gpulse.schema import GPU_METRIC_NAMES, OPTIONAL_GPU_METRIC_NAMES, SCHEMA_VERSION
+from gpulse.schema import GPU_METRIC_NAMES, MAX_TEXT, OPTIONAL_GPU_METRIC_NAMES, SCHEMA_VERSION
 from gpulse.throttle import throttle_reasons
 
 log = logging.getLogger(__name__)
@@ -407,7 +407,8 @@ class NvmlSource:
         if isinstance(error, SourceUnavailable):
             raise error
         log.error("NVML: reading GPU %d failed", reader.gpu.index, exc_info=error)
-        return {**_null_gpu(reader.gpu.index, reader.gpu.uuid, reader.gpu.name), "error": f"read failed: {error}"}
+        failed = f"read failed: {error}"[:MAX_TEXT]  # the contract's bound on text
+        return {**_null_gpu(reader.gpu.index, reader.gpu.uuid, reader.gpu.name), "error": failed}
 
     def close(self) -> None:
         if self._closed:

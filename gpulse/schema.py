@@ -211,6 +211,7 @@ def _check_k8s(k8s, where: str) -> None:
 def _check_identity(gpu: dict, where: str) -> None:
     _text_or_none(gpu.get("uuid"), "uuid", where)
     _text_or_none(gpu.get("name"), "name", where)
+    _text_or_none(gpu.get("error"), "error", where)  # why its readings are null (the collector's words)
     lost = gpu.get("lost")
     if lost is not None and type(lost) is not bool:
         raise MalformedSample(f"{where}: 'lost' is not true, false or null")
@@ -350,7 +351,7 @@ _Process = _record("_Process", {
 _K8s = _record("_K8s", dict.fromkeys(K8S_KEYS, _K8sName))
 _Gpu = _record("_Gpu", {
     "index": Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_INDEX)],
-    "uuid": _Text, "name": _Text, "lost": bool | None,
+    "uuid": _Text, "name": _Text, "lost": bool | None, "error": _Text,
     **{name: _number(low, high) | None for name, low, high in _GPU_BOUNDS},
     "throttle": Annotated[list[Literal[tuple(THROTTLE_REASONS)]],  # type: ignore[misc]
                           msgspec.Meta(max_length=len(THROTTLE_REASONS))] | None,
