@@ -1,8 +1,8 @@
 """Start and stop the whole system as child processes: the demo and the system tests.
 
 Redis (embedded unless REDIS_URL is given), the database migrations, the
-web server, ingest, the control and webhook workers, one node worker per simulated node
-and a simulated fleet — every process stopped again by stop().
+web server, ingest, the control and webhook workers, one benchmark worker for
+every simulated node and a simulated fleet — every process stopped again by stop().
 """
 
 import os
@@ -102,9 +102,7 @@ class Stack:
             # Each process connects as its own least-privileged user, as in production; the
             # stack itself (and the tests and load test through it) keeps the default user.
             prefix = self.env.get("GPULSE_REDIS_PREFIX") or DEFAULT_PREFIX
-            self.role_urls = create_role_users(
-                self.redis_url, prefix, sim_node_names(self.sim_nodes), simulator_prefix="sim-"
-            )
+            self.role_urls = create_role_users(self.redis_url, prefix, simulator_prefix="sim-")
             with redis.Redis.from_url(self.redis_url) as admin:
                 admin.acl_save()  # the users outlive a restart of the server
         self.manage("migrate", "--noinput")
@@ -132,12 +130,16 @@ class Stack:
             "--without-gossip", "--without-mingle", "-l", "INFO",
         )
         if self.node_workers:
-            for node in sim_node_names(self.sim_nodes):
-                self.spawn(
-                    f"worker-{node}", f"nodeworker-{node}", py, "-m", "celery", "-A", "workers.node_worker", "worker",
-                    "-Q", f"node.{node}", "-n", f"{node}-{self.port}@%h", "--pool", "solo",
-                    "--without-gossip", "--without-mingle", "-l", "INFO",
-                )
+            nodes = sim_node_names(self.sim_nodes)
+            # One Celery worker serves every simulated node, consuming each node's queue
+            # and keeping each node's heartbeat: a worker per node cost ~270 MB apiece.
+            # A thread per node, so the nodes of one job run their ranks side by side.
+            self.spawn(
+                "node-worker", "simulated-nodeworker", py, "-m", "celery", "-A", "workers.node_worker", "worker",
+                "-Q", ",".join(f"node.{node}" for node in nodes), "-n", f"nodes-{self.port}@%h",
+                "--pool", "threads", "--concurrency", str(len(nodes)),
+                "--without-gossip", "--without-mingle", "-l", "INFO",
+            )
         self.spawn(
             "collector", "simulator", py, "-m", "collectors", "--source", "simulated",
             "--redis-url", self.role_urls.get("simulator", self.redis_url),

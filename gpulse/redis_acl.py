@@ -8,6 +8,7 @@ another node's telemetry, a benchmark's results or a Celery task. Roles:
                      ``probes:<name>``; no reads, no Celery, no job keys
   simulator          the demo's simulated collector: the node role for every
                      node named ``<name prefix>*``, plus reading the faults hash
+  simulated-nodeworker  the demo's one benchmark worker for all those nodes
   nodeworker-<name>  a GPU node's Celery worker: the Celery broker keys, the
                      job events streams, its own job claims, the cancel flags and its
                      own heartbeat ``worker:<name>``
@@ -122,13 +123,24 @@ def simulator_user(prefix: str, name_prefix: str) -> AclUser:
     return _user("simulator", keys, (), commands)
 
 
-def nodeworker_user(prefix: str, name: str, db: int = 0) -> AclUser:
+def _nodeworker(prefix: str, user: str, nodes: str, db: int) -> AclUser:
+    """A benchmark worker's user for the nodes matching the pattern ``nodes``."""
     _check_prefix(prefix)
-    _check_node(name)
     p = _pattern(prefix)
-    keys = (f"~{p}celery:*", f"~{p}job:*:events", f"~{p}job:*:cancel", f"~{p}job:*:claimed:{_pattern(name)}",
-            f"~{p}worker:{_pattern(name)}")
-    return _user(f"nodeworker-{name}", keys, _celery_channels(p, db), CELERY_WORKER)
+    keys = (f"~{p}celery:*", f"~{p}job:*:events", f"~{p}job:*:cancel", f"~{p}job:*:claimed:{nodes}",
+            f"~{p}worker:{nodes}")
+    return _user(user, keys, _celery_channels(p, db), CELERY_WORKER)
+
+
+def nodeworker_user(prefix: str, name: str, db: int = 0) -> AclUser:
+    _check_node(name)
+    return _nodeworker(prefix, f"nodeworker-{name}", _pattern(name), db)
+
+
+def simulated_nodeworker_user(prefix: str, name_prefix: str, db: int = 0) -> AclUser:
+    """The demo's one benchmark worker for every simulated node named ``<name_prefix>*``."""
+    _check_node(name_prefix)
+    return _nodeworker(prefix, "simulated-nodeworker", _pattern(name_prefix) + "*", db)
 
 
 def _producer_keys(p: str) -> tuple[str, ...]:
@@ -177,12 +189,12 @@ def acl_users(prefix: str, nodes: Iterable[str] = (), simulator_prefix: str | No
               db: int = 0) -> list[AclUser]:
     """Return every gpulse user for this key prefix and Redis database (the
     one in REDIS_URL): the shared roles, then one node and one nodeworker user
-    per GPU node, then the demo's simulator."""
+    per GPU node, then the demo's simulated collector and benchmark worker."""
     users = [ingest_user(prefix), web_user(prefix), control_user(prefix, db)]
     for name in nodes:
         users += [node_user(prefix, name), nodeworker_user(prefix, name, db)]
     if simulator_prefix is not None:
-        users.append(simulator_user(prefix, simulator_prefix))
+        users += [simulator_user(prefix, simulator_prefix), simulated_nodeworker_user(prefix, simulator_prefix, db)]
     names = [user.name for user in users]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:

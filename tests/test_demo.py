@@ -52,3 +52,29 @@ def test_the_demo_starts_the_whole_system_and_stops_every_process_on_sigterm():
         if demo.poll() is None:
             demo.kill()
         shutil.rmtree(ROOT / ".demo" / str(port), ignore_errors=True)
+
+
+def test_a_demo_of_250_nodes_of_8_gpus_fits_in_4_gib(tmp_path):
+    from devtools.stack import Stack
+
+    stack = Stack(port=free_port(), state_dir=tmp_path, sim_nodes=250, sim_gpus=8)
+    stack.start()
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                health = json.load(urllib.request.urlopen(f"{stack.url}healthz", timeout=5))
+            except urllib.error.HTTPError as exc:
+                health = json.load(exc)
+            if "250 nodes" in health["checks"]["ingest"]["detail"] or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert "250 nodes" in health["checks"]["ingest"]["detail"], health
+        # One benchmark worker serves every simulated node (a worker each took ~270 MB).
+        workers = [name for name, _ in stack.processes if name == "node-worker"]
+        assert workers == ["node-worker"]
+        rss = sum(psutil.Process(process.pid).memory_info().rss for _, process in stack.processes)
+        rss += psutil.Process(stack.redis.process.pid).memory_info().rss
+        assert rss < 4 * 2**30, f"{rss / 2**20:.0f} MiB"
+    finally:
+        stack.stop()
