@@ -15,6 +15,19 @@ from devtools.redis_server import free_port
 from devtools.stack import ROOT
 
 
+def wait_for_health(base_url: str, done, timeout: float) -> dict:
+    """Poll /healthz (200 or 503) until ``done(health)`` or the timeout; return the last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            health = json.load(urllib.request.urlopen(f"{base_url}healthz", timeout=5))
+        except urllib.error.HTTPError as exc:
+            health = json.load(exc)
+        if done(health) or time.monotonic() > deadline:
+            return health
+        time.sleep(0.5)
+
+
 def test_the_demo_starts_the_whole_system_and_stops_every_process_on_sigterm():
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
@@ -33,15 +46,7 @@ def test_the_demo_starts_the_whole_system_and_stops_every_process_on_sigterm():
         for part in ("redis-server", "uvicorn", "manage.py ingest", "dashboard.control_worker", "-Q webhooks",
                      "node.sim-01", "node.sim-02", "collectors"):
             assert part in names, f"{part} is not running"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                health = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5))
-            except urllib.error.HTTPError as exc:
-                health = json.load(exc)
-            if health["ok"] or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        health = wait_for_health(f"http://127.0.0.1:{port}/", lambda health: health["ok"], 30)
         assert health["ok"], health
         assert "2 nodes" in health["checks"]["ingest"]["detail"]
         demo.send_signal(signal.SIGTERM)
@@ -60,15 +65,7 @@ def test_a_demo_of_250_nodes_of_8_gpus_fits_in_4_gib(tmp_path):
     stack = Stack(port=free_port(), state_dir=tmp_path, sim_nodes=250, sim_gpus=8)
     stack.start()
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                health = json.load(urllib.request.urlopen(f"{stack.url}healthz", timeout=5))
-            except urllib.error.HTTPError as exc:
-                health = json.load(exc)
-            if "250 nodes" in health["checks"]["ingest"]["detail"] or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+        health = wait_for_health(stack.url, lambda health: "250 nodes" in health["checks"]["ingest"]["detail"], 90)
         assert "250 nodes" in health["checks"]["ingest"]["detail"], health
         # One benchmark worker serves every simulated node (a worker each took ~270 MB).
         workers = [name for name, _ in stack.processes if name == "node-worker"]
