@@ -435,6 +435,24 @@ def read(raw: bytes | str) -> tuple[dict, int]:
     return read_checked(raw)
 
 
+# A stream entry's "held": seconds its collector buffered the sample through a
+# Redis outage (collectors/publisher.py). A week bounds any real outage.
+MAX_HELD = 7 * 86400.0
+
+
+def held_seconds(raw: bytes | str | None) -> float:
+    """Return the entry's "held" field as seconds (0 when absent); raise MalformedSample."""
+    if raw is None:
+        return 0.0
+    try:
+        held = float(raw)
+    except ValueError:
+        held = math.nan
+    if not 0 <= held <= MAX_HELD:  # NaN fails too
+        raise MalformedSample(f"'held' {_show(raw)} is not seconds within 0..{MAX_HELD:.0f}")
+    return held
+
+
 def parse(raw: bytes | str) -> dict:
     """Return the sample in ``raw``, or raise MalformedSample naming the problem."""
     return read(raw)[0]

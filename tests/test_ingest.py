@@ -56,7 +56,7 @@ def entry_at(ts: float) -> bytes:
 
 def apply(ingest, sample):
     """Apply ``sample`` as if it reached the stream at its own ts."""
-    ingest.apply(sample, entry_at(sample["ts"]), {})
+    ingest.apply(sample, entry_at(sample["ts"]))
 
 
 def test_it_sends_one_frame_per_tick_for_many_samples(redis_client, make_ingest, frames):

@@ -74,6 +74,19 @@ def test_a_node_skewed_by_less_than_the_setting_is_placed_at_its_own_ts(redis_cl
     assert frames[-1]["nodes"]["n1"]["ts"] == ts and "skew" not in frames[-1]["nodes"]["n1"]
 
 
+@pytest.mark.parametrize("held", ["nan", "inf", "-5", "1e9", "soon", ""])
+def test_a_held_field_that_is_not_seconds_rejects_its_entry_and_nothing_else(redis_client, frames, held):
+    # A NaN here once placed a sample at NaN, and folding it into its minute raised on every tick.
+    ingest = make_ingest(redis_client, frames)
+    xadd(redis_client, sample("bad", ts=time.time() - 600), held=held)
+    xadd(redis_client, sample("good"))
+    ingest.read(block_ms=10)
+    ingest.emit(time.time())
+    assert ingest.rejected == 1 and set(ingest.state.nodes) == {"good"}
+    ingest.flush_rollups()
+    assert set(GpuRollup.objects.values_list("node", flat=True)) == {"good"}
+
+
 def test_a_sample_its_collector_held_through_an_outage_is_placed_at_its_ts_and_not_flagged(redis_client, frames):
     ingest = make_ingest(redis_client, frames)
     old = time.time() - 600

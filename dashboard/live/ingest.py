@@ -231,12 +231,13 @@ class Ingest:
                     continue
                 try:
                     sample, nulled = schema.read(fields.get(b"s", b""))
+                    held = schema.held_seconds(fields.get(b"held"))
                 except schema.MalformedSample as exc:
                     self.reject(entry_id, exc)
                     continue
                 self.nulled += nulled
                 try:
-                    self.apply(sample, entry_id, fields)
+                    self.apply(sample, entry_id, held)
                 except Exception as exc:  # a valid sample ingest cannot take is a bug: log it, keep going
                     self.reject(entry_id, exc, exc_info=True)
         finally:
@@ -246,11 +247,13 @@ class Ingest:
         self.rejected += 1
         self.rejections.warning("rejected telemetry entry %s: %s", entry_id.decode(), reason, exc_info=exc_info)
 
-    def apply(self, sample: dict, entry_id: bytes, fields: dict) -> None:
-        """Take in one valid sample; ``entry_id`` and ``fields`` are its stream entry."""
+    def apply(self, sample: dict, entry_id: bytes, held: float = 0.0) -> None:
+        """Take in one valid sample from stream entry ``entry_id``.
+
+        ``held``: seconds its collector held it (Redis was away): it was taken
+        that much before it arrived.
+        """
         arrived = arrival_time(entry_id)
-        # Seconds its collector held it (Redis was away): it was taken that much before it arrived.
-        held = float(fields.get(b"held", 0))
         name, seq = sample["node"], sample.get("seq")
         node = self.state.nodes.get(name)
         identity = node.identity if node is not None else CollectorIdentity()
