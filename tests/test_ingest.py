@@ -197,6 +197,25 @@ def test_a_restarted_ingest_remembers_nodes_whose_key_expired(redis_client, make
     assert second.state.nodes["gone"].status == "down"
 
 
+def test_a_restarted_ingest_skips_what_redis_holds_of_a_node_when_it_is_not_valid(redis_client, make_ingest):
+    now = time.time()
+    remembered = {
+        "good": {"ts": now - 100, "interval": 1.0},
+        "not-json": b"{",
+        "not-an-object": [1, 2],
+        "far-future": {"ts": now, "interval": 1.0, "arrived": 1e308},  # would keep it up for ever
+        "text-time": {"ts": "soon", "interval": 1.0},
+        "bad-boot": {"ts": now, "interval": 1.0, "boot": 5},
+        "bad-restarts": {"ts": now, "interval": 1.0, "restarts": -1},
+    }
+    redis_client.hset(Keys().known_nodes, mapping={
+        name: value if type(value) is bytes else orjson.dumps(value) for name, value in remembered.items()
+    })
+    ingest = make_ingest()
+    ingest.load_known_nodes()
+    assert set(ingest.state.nodes) == {"good"} and ingest.state.nodes["good"].status == "down"
+
+
 def test_minute_rollups_are_written_with_min_mean_max(redis_client, make_ingest):
     ingest = make_ingest()
     minute = 1_700_000_040.0  # a minute boundary

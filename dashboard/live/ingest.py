@@ -72,6 +72,30 @@ def arrival_time(entry_id: bytes) -> float:
     return int(entry_id.split(b"-", 1)[0]) / 1000
 
 
+def remembered(raw: bytes) -> dict:
+    """A node's entry in the known-nodes hash, checked as a sample is: raise MalformedSample.
+
+    Ingest writes it, but it lives in Redis, which any holder of the password can write.
+    """
+    try:
+        seen = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise schema.MalformedSample(f"not JSON: {exc}") from None
+    if type(seen) is not dict:
+        raise schema.MalformedSample("not a JSON object")
+    seen.setdefault("arrived", seen.get("ts"))  # an ingest before arrival times wrote none
+    for field in ("ts", "arrived"):
+        value = seen[field]
+        if type(value) not in (int, float) or not 0 <= value <= schema.MAX_TS:
+            raise schema.MalformedSample(f"{field!r} is not a unix time")
+    boot, restarts = seen.get("boot"), seen.get("restarts", 0)
+    if boot is not None and (type(boot) is not str or schema.BOOT.fullmatch(boot) is None):
+        raise schema.MalformedSample("'boot' is not a collector run id")
+    if type(restarts) is not int or restarts < 0:
+        raise schema.MalformedSample("'restarts' is not a count")
+    return seen
+
+
 class Ingest:
     def __init__(
         self,
@@ -158,7 +182,11 @@ class Ingest:
         latest = self.redis.mget([self.keys.node(name) for name in names])
         now = self.clock()
         for name, raw in zip(names, latest, strict=True):
-            seen = orjson.loads(known[name.encode()])
+            try:
+                seen = remembered(known[name.encode()])
+            except schema.MalformedSample as exc:
+                log.warning("forgetting node %s: what Redis remembers of it is not valid: %s", name, exc)
+                continue
             try:
                 sample = schema.parse(raw) if raw else None
             except schema.MalformedSample:
@@ -170,8 +198,7 @@ class Ingest:
                 except schema.MalformedSample as exc:
                     log.warning("forgetting node %s: what Redis remembers of it is not valid: %s", name, exc)
                     continue
-            # An ingest before arrival times judged by ts: its entries have no "arrived".
-            arrived = seen.get("arrived", seen["ts"])
+            arrived = seen["arrived"]
             placed, skew = place(sample["ts"], arrived, self.state.max_skew)
             identity = CollectorIdentity(seen.get("boot"), seen.get("restarts", 0))
             self.state.nodes[name] = NodeState(name, sample, arrived, placed, skew, identity=identity)
