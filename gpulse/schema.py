@@ -435,6 +435,45 @@ def read(raw: bytes | str) -> tuple[dict, int]:
     return read_checked(raw)
 
 
+# A bandwidth probe result (collectors/probe.py), in the probes stream (field "p")
+# and the node's probe history list: written by the node, so read back checked.
+PROBE_STATUSES = ("succeeded", "failed", "cancelled", "timed_out")
+MAX_PROBE_REASON = 4096
+_PROBE_NUMBERS = (("max_bytes", 0, 2**53), ("world_size", 0, 2**20), ("busbw", 0, 1e6), ("avg_busbw", 0, 1e6),
+                  ("wrong", 0, 2**53), ("duration_s", 0, 86400))
+
+
+def read_probe(raw: bytes | str) -> dict:
+    """Return the probe result in ``raw``, its known fields only; raise MalformedSample."""
+    if len(raw) > MAX_ENTRY_BYTES:
+        raise MalformedSample(f"probe of {len(raw)} bytes, more than {MAX_ENTRY_BYTES}")
+    try:
+        probe = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedSample(f"probe is not JSON: {exc}") from None
+    if type(probe) is not dict:
+        raise MalformedSample("probe is not a JSON object")
+    node, ts, status = probe.get("node"), probe.get("ts"), probe.get("status")
+    if not valid_node_name(node):
+        raise MalformedSample(f"probe of node {_show(node)}: not a node name")
+    if not isinstance(ts, int | float) or type(ts) is bool or not 0 <= ts <= MAX_TS:
+        raise MalformedSample(f"probe of {node}: ts {_show(ts)} is not a unix time")
+    if status not in PROBE_STATUSES:
+        raise MalformedSample(f"probe of {node}: status {_show(status)} is not one of {', '.join(PROBE_STATUSES)}")
+    checked = {"v": 1, "node": node, "ts": ts, "status": status}
+    for name, low, high in _PROBE_NUMBERS:
+        value = probe.get(name)
+        if value is not None and (type(value) not in (int, float) or not low <= value <= high):
+            raise MalformedSample(f"probe of {node}: {name} {_show(value)} is not within {low}..{high}")
+        checked[name] = value
+    for name, limit in (("backend", MAX_TEXT), ("reason", MAX_PROBE_REASON)):
+        value = probe.get(name)
+        if value is not None and (type(value) is not str or len(value) > limit):
+            raise MalformedSample(f"probe of {node}: {name} is not a string of at most {limit} characters")
+        checked[name] = value
+    return checked
+
+
 # A stream entry's "held": seconds its collector buffered the sample through a
 # Redis outage (collectors/publisher.py). A week bounds any real outage.
 MAX_HELD = 7 * 86400.0

@@ -90,16 +90,24 @@ def test_hostile_node_values_run_nothing_on_the_node_page(watched_page, running_
     client.set(keys.node(PAGE_NODE), orjson.dumps(sample), ex=600)
     client.hset(keys.known_nodes, PAGE_NODE, json.dumps({"ts": sample["ts"], "interval": 60.0}))
     publish_probe(client, keys, probe)
+    # The probe contract refuses most of that probe (a node name, a status, numbers): what
+    # it lets through as text (backend, reason) goes, with HTML in it, to a valid node.
+    readable = dict(probe, node="sim-02", backend=IMG, world_size=8, wrong=0, status="failed")
+    publish_probe(client, keys, readable)
     try:
         url = f"{running_system.base_url}/nodes/{quote(PAGE_NODE, safe='')}/"
-        open_checked(watched_page, url, "document.getElementById('probe-chart').data"
-                                        " && document.querySelectorAll('#gpu-table tbody tr').length === 8")
+        open_checked(watched_page, url, "document.querySelectorAll('#gpu-table tbody tr').length === 8")
         # The hostile strings are shown as text, not dropped.
         assert PAGE_NODE in watched_page.text_content("#gpu-table tbody")
         assert SVG in watched_page.text_content("#proc-table tbody")
         assert_nothing_ran(watched_page)
+        open_checked(watched_page, f"{running_system.base_url}/nodes/sim-02/",
+                     "document.getElementById('probe-chart').data"
+                     " && document.getElementById('probe-chart').data.length > 0")
+        assert_nothing_ran(watched_page)
     finally:
         client.delete(keys.node(PAGE_NODE), keys.probe_history(PAGE_NODE))
+        client.lrem(keys.probe_history("sim-02"), 0, orjson.dumps(readable))
         client.hdel(keys.known_nodes, PAGE_NODE)
 
 

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.alerts.models import Alert, Rule, fingerprint
 from dashboard.live.ingest import Ingest
+from dashboard.live.probes import ProbeTracker
 from gpulse import schema
 from gpulse.keys import Keys
 from tests.samples import sample
@@ -49,6 +50,40 @@ def test_a_hostile_node_key_shows_as_down_with_its_reason_and_metrics_still_answ
     ups = {s.labels["node"]: s.value for f in text_string_to_metric_families(response.content.decode())
            for s in f.samples if s.name == "gpulse_node_up"}
     assert ups == {"good": 1, "hostile": 0}
+
+
+@pytest.mark.parametrize("remembered", [b"{", b"[1]", b'{"ts": "soon"}', b'{"ts": 1.0, "arrived": 1e308}',
+                                        b'{"ts": 1.0, "skew": "far"}', b'{"ts": 1.0, "restarts": -1}'])
+def test_a_known_nodes_entry_that_is_not_valid_breaks_neither_the_api_nor_metrics(
+    client, alice, hostile_cluster, remembered
+):
+    # Ingest writes the known-nodes hash, but it lives in Redis: read back, it is checked.
+    hostile_cluster.hset(Keys().known_nodes, "good", remembered)
+    nodes = {node["node"]: node for node in client.get("/api/v1/cluster").json()["nodes"]}
+    assert nodes["good"]["status"] == "up" and len(nodes["good"]["gpus"]) == 2  # judged by its own key
+    assert client.get("/api/v1/nodes/good").json()["status"] == "up"
+    assert client.get("/metrics").status_code == 200
+
+
+HOSTILE_PROBES = [b"{", b"[1]", b'{"node": "good", "ts": 1.0, "status": "succeeded", "busbw": "fast"}',
+                  b'{"node": "a/b", "ts": 1.0, "status": "succeeded"}', b'{"node": "good", "ts": 1.0, "status": "won"}',
+                  b'{"node": "good", "ts": "now", "status": "failed"}']
+
+
+def test_probe_results_that_are_not_valid_are_skipped_by_ingest_and_the_node_api(client, alice, hostile_cluster):
+    keys = Keys()
+    good = {"v": 1, "node": "good", "ts": time.time(), "status": "succeeded", "busbw": 10.0}
+    for raw in HOSTILE_PROBES:
+        hostile_cluster.xadd(keys.probes, {"p": raw})
+        hostile_cluster.lpush(keys.probe_history("good"), raw)
+    hostile_cluster.xadd(keys.probes, {"p": orjson.dumps(good)})
+    hostile_cluster.lpush(keys.probe_history("good"), orjson.dumps(good))
+    tracker = ProbeTracker(hostile_cluster, keys, 0.2)
+    tracker.seed(["good"])
+    tracker.last_id = "0-0"
+    assert tracker.poll() == {"good"} and tracker.busbw() == {"good": 10.0}
+    probes = client.get("/api/v1/nodes/good").json()["probes"]
+    assert [probe["busbw"] for probe in probes] == [10.0]
 
 
 def test_an_alert_on_a_node_named_with_a_slash_does_not_break_the_alerts_page(client, alice):

@@ -4,6 +4,7 @@ import time
 
 import orjson
 
+from dashboard.live.state import remembered_or_none
 from dashboard.redis_client import redis_client
 from gpulse import schema
 from gpulse.keys import Keys
@@ -45,7 +46,7 @@ def node_view(name: str, raw: bytes | None, seen: dict | None, now: float) -> di
 def read_cluster() -> list[dict]:
     keys = Keys()
     client = redis_client()
-    known = {name.decode(): orjson.loads(value) for name, value in client.hgetall(keys.known_nodes).items()}
+    known = {name.decode(): remembered_or_none(value) for name, value in client.hgetall(keys.known_nodes).items()}
     names = sorted(known)
     latest = client.mget([keys.node(name) for name in names]) if names else []
     now = time.time()
@@ -60,7 +61,7 @@ def read_node(name: str) -> dict | None:
     seen = client.hget(keys.known_nodes, name)
     if raw is None and seen is None:
         return None
-    return node_view(name, raw, orjson.loads(seen) if seen else None, time.time())
+    return node_view(name, raw, remembered_or_none(seen), time.time())
 
 
 def read_recent(name: str) -> list:
@@ -72,4 +73,10 @@ def read_recent(name: str) -> list:
 def read_probes(name: str) -> list[dict]:
     """Return the node's recent bandwidth probe results, oldest first."""
     records = redis_client().lrange(Keys().probe_history(name), 0, -1)
-    return [orjson.loads(record) for record in reversed(records)]
+    probes = []
+    for record in reversed(records):
+        try:
+            probes.append(schema.read_probe(record))
+        except schema.MalformedSample:
+            continue  # written by the node: one that is not valid is left out
+    return probes

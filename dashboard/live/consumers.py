@@ -9,6 +9,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from dashboard.accounts.websocket import SocketPlace
 from dashboard.live.publish import CLUSTER_GROUP
+from dashboard.live.state import remembered_or_none
 from dashboard.redis_client import async_redis_client
 from gpulse.keys import Keys
 from gpulse.status import DOWN, node_status
@@ -100,7 +101,7 @@ class NodeConsumer(FollowingConsumer):
                 client = async_redis_client()
                 raw = await client.get(keys.node(self.node))
                 seen = await client.hget(keys.known_nodes, self.node)
-                message = self.describe(raw, orjson.loads(seen) if seen else None)
+                message = self.describe(raw, remembered_or_none(seen))
             except Exception as exc:
                 message = {"type": "node", "node": self.node, "status": "unknown", "error": f"Redis unreachable: {exc}"}
             fingerprint = (message.get("status"), message.get("ts"), message.get("clock_skew"), message.get("restarts"))

@@ -26,7 +26,7 @@ from dashboard.live.identity import DUPLICATE, NEW, RESTART, CollectorIdentity
 from dashboard.live.outage import DatabaseOutage
 from dashboard.live.probes import ProbeTracker
 from dashboard.live.rollups import RollupAccumulator
-from dashboard.live.state import ClusterState, NodeState
+from dashboard.live.state import ClusterState, NodeState, remembered
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, RECENT_POINTS, Keys
 from gpulse.ratelog import RateLimitedLog
@@ -70,30 +70,6 @@ ACK_BATCH = 10_000
 def arrival_time(entry_id: bytes) -> float:
     """When the entry reached the stream, in unix seconds on Redis' clock: its id's millisecond part."""
     return int(entry_id.split(b"-", 1)[0]) / 1000
-
-
-def remembered(raw: bytes) -> dict:
-    """A node's entry in the known-nodes hash, checked as a sample is: raise MalformedSample.
-
-    Ingest writes it, but it lives in Redis, which any holder of the password can write.
-    """
-    try:
-        seen = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise schema.MalformedSample(f"not JSON: {exc}") from None
-    if type(seen) is not dict:
-        raise schema.MalformedSample("not a JSON object")
-    seen.setdefault("arrived", seen.get("ts"))  # an ingest before arrival times wrote none
-    for field in ("ts", "arrived"):
-        value = seen[field]
-        if type(value) not in (int, float) or not 0 <= value <= schema.MAX_TS:
-            raise schema.MalformedSample(f"{field!r} is not a unix time")
-    boot, restarts = seen.get("boot"), seen.get("restarts", 0)
-    if boot is not None and (type(boot) is not str or schema.BOOT.fullmatch(boot) is None):
-        raise schema.MalformedSample("'boot' is not a collector run id")
-    if type(restarts) is not int or restarts < 0:
-        raise schema.MalformedSample("'restarts' is not a count")
-    return seen
 
 
 class Ingest:

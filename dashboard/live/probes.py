@@ -1,12 +1,16 @@
 """Bandwidth probes as ingest sees them: each node's latest busbw against its own median."""
 
+import logging
 import statistics
 from collections import deque
 
-import orjson
 import redis
 
+from gpulse import schema
 from gpulse.keys import Keys
+from gpulse.ratelog import RateLimitedLog
+
+log = logging.getLogger("gpulse.ingest")
 
 # Probes a node's median is taken over, and the fewest that make a median worth trusting.
 HISTORY = 50
@@ -28,6 +32,8 @@ class ProbeTracker:
         self.last_id: bytes | str | None = None
         self.history: dict[str, deque] = {}
         self.latest: dict[str, dict] = {}
+        # Probe results come from the nodes: one that is not valid is logged (at a bounded rate) and skipped.
+        self.rejections = RateLimitedLog(log)
 
     def seed(self, nodes: list[str]) -> None:
         """Load each node's recent probes, so a restarted ingest flags at once."""
@@ -36,7 +42,10 @@ class ProbeTracker:
             pipe.lrange(self.keys.probe_history(node), 0, HISTORY - 1)
         for raw in pipe.execute():
             for record in reversed(raw):  # the list is newest first
-                self.record(orjson.loads(record))
+                try:
+                    self.record(schema.read_probe(record))
+                except schema.MalformedSample as exc:
+                    self.rejections.warning("skipped a probe result: %s", exc)
 
     def poll(self) -> set[str]:
         """Read new probe results; return the nodes whose verdict changed."""
@@ -49,10 +58,11 @@ class ProbeTracker:
             for entry_id, fields in entries:
                 self.last_id = entry_id
                 try:
-                    record = orjson.loads(fields[b"p"])
-                    changed.add(record["node"])
-                except (KeyError, orjson.JSONDecodeError):
+                    record = schema.read_probe(fields.get(b"p", b""))
+                except schema.MalformedSample as exc:
+                    self.rejections.warning("skipped probe entry %s: %s", entry_id, exc)
                     continue
+                changed.add(record["node"])
                 self.record(record)
         return changed
 

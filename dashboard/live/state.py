@@ -2,7 +2,10 @@
 
 from dataclasses import dataclass, field
 
+import orjson
+
 from dashboard.live.identity import CollectorIdentity
+from gpulse import schema
 from gpulse.status import DEFAULT_MAX_CLOCK_SKEW, SEVERITY, UP, node_status, reconnect_grace
 
 
@@ -29,6 +32,44 @@ class NodeState:
         """What Redis remembers of the node (Keys.known_nodes), for a restarted ingest and the API."""
         return {"ts": self.placed, "interval": self.interval, "arrived": self.arrived, "skew": self.skew,
                 "boot": self.identity.boot, "restarts": self.identity.restarts}
+
+
+def remembered(raw: bytes) -> dict:
+    """A node's entry in the known-nodes hash (NodeState.known), checked as a sample is:
+    raise MalformedSample.
+
+    Ingest writes it, but it lives in Redis, which any holder of the password can write.
+    """
+    try:
+        seen = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise schema.MalformedSample(f"not JSON: {exc}") from None
+    if type(seen) is not dict:
+        raise schema.MalformedSample("not a JSON object")
+    seen.setdefault("arrived", seen.get("ts"))  # an ingest before arrival times wrote none
+    for name in ("ts", "arrived"):
+        value = seen[name]
+        if type(value) not in (int, float) or not 0 <= value <= schema.MAX_TS:
+            raise schema.MalformedSample(f"{name!r} is not a unix time")
+    skew = seen.get("skew")
+    if skew is not None and (type(skew) not in (int, float) or abs(skew) > schema.MAX_TS):
+        raise schema.MalformedSample("'skew' is not seconds")
+    boot, restarts = seen.get("boot"), seen.get("restarts", 0)
+    if boot is not None and (type(boot) is not str or schema.BOOT.fullmatch(boot) is None):
+        raise schema.MalformedSample("'boot' is not a collector run id")
+    if type(restarts) is not int or restarts < 0:
+        raise schema.MalformedSample("'restarts' is not a count")
+    return seen
+
+
+def remembered_or_none(raw: bytes | None) -> dict | None:
+    """remembered(), for readers that judge a node by its own key when the entry is missing or not valid."""
+    if raw is None:
+        return None
+    try:
+        return remembered(raw)
+    except schema.MalformedSample:
+        return None
 
 
 @dataclass
