@@ -48,6 +48,11 @@ class Keys:
         """Hash node -> {"ts", "interval"} of its last sample: remembers down nodes."""
         return f"{self.prefix}nodes"
 
+    @property
+    def health(self) -> str:
+        """Hash node -> its health (verdict, findings with since, checked), rewritten by ingest on a change."""
+        return f"{self.prefix}health"
+
     def recent(self, name: str) -> str:
         """List of the node's compact recent points, newest first (live charts' backfill)."""
         return f"{self.prefix}recent:{name}"

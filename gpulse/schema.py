@@ -24,6 +24,7 @@ from typing import Annotated, Literal, Required, TypedDict
 import msgspec
 import orjson
 
+from gpulse.health import CHECK_IDS, FINDING_STATUSES
 from gpulse.throttle import THROTTLE_REASONS
 
 SCHEMA_VERSION = 1
@@ -68,8 +69,32 @@ OPTIONAL_GPU_METRICS = (
     Metric("energy", "mJ", "energy used since the driver was loaded (NVML total energy consumption)", 0, 2**53),
     Metric("pcie_replay", "count",
            "PCIe replays since the driver was loaded (nvidia-smi -q: Replays Since Reset)", 0, 2**53),
+    # The readings behind the health checks (gpulse/health.py).
+    Metric("pcie_gen", "", "current PCIe link generation (pcie.link.gen.current)", 1, 16),
+    Metric("pcie_gen_max", "", "maximum PCIe link generation of GPU and host (pcie.link.gen.max)", 1, 16),
+    Metric("pcie_width", "lanes", "current PCIe link width (pcie.link.width.current)", 1, 64),
+    Metric("pcie_width_max", "lanes", "maximum PCIe link width (pcie.link.width.max)", 1, 64),
+    Metric("remapped_correctable", "rows", "rows remapped for correctable errors (nvidia-smi -q: Remapped Rows)",
+           0, 2**32),
+    Metric("remapped_uncorrectable", "rows", "rows remapped for uncorrectable errors", 0, 2**32),
+    Metric("retired_pages", "pages", "retired pages, single- and double-bit (retired_pages.sbe + .dbe)", 0, 2**32),
+    Metric("nvlink_links", "links", "NVLink links the GPU has", 0, 64),
+    Metric("nvlink_links_up", "links", "NVLink links that are up (nvidia-smi nvlink -s)", 0, 64),
 )
 OPTIONAL_GPU_METRIC_NAMES = tuple(m.name for m in OPTIONAL_GPU_METRICS)
+# Optional per-GPU true/false readings behind the health checks: null when not supported.
+OPTIONAL_GPU_FLAGS = (
+    "remap_pending",  # a row remap waits for a GPU reset (remapped_rows.pending)
+    "remap_failure",  # a row remap failed (remapped_rows.failure)
+    "retired_pending",  # a page retirement waits for a reboot (retired_pages.pending)
+    "ecc_enabled",  # ecc.mode.current
+    "ecc_pending",  # ecc.mode.pending differs from ecc.mode.current
+    "persistence",  # persistence_mode
+    "mig_enabled",  # mig.mode.current
+    "mig_pending",  # mig.mode.pending differs from mig.mode.current
+)
+# Optional per-GPU texts (at most MAX_TEXT characters): vbios_version, compute_mode.
+OPTIONAL_GPU_TEXTS = ("vbios", "compute_mode")
 # The optional per-node "host" readings, validated the same way.
 HOST_METRICS = (
     Metric("cpu_util", "%", "host CPU utilization", 0, 100),
@@ -95,6 +120,15 @@ MAX_XID = 2**31 - 1
 MAX_PROCESSES = 1024
 MAX_PID = 2**32 - 1
 INTERVAL_RANGE = (0.05, 3600.0)  # seconds between samples
+# The optional per-node "system" object: driver_version and the CUDA version the driver supports.
+SYSTEM_KEYS = ("driver", "cuda")
+# The optional per-node "ib" list: InfiniBand/RoCE ports read from sysfs.
+MAX_IB_PORTS = 64
+MAX_IB_TEXT = 64  # port name ("mlx5_0/1"), state ("ACTIVE"), phys_state ("LinkUp")
+IB_COUNTERS = ("symbol_error", "link_downed", "port_rcv_errors")
+# The optional per-node "health" object: the checks the collector ran and what did not pass.
+MAX_FINDINGS = 1024
+MAX_REASON = 256
 # A sample's ts is unix seconds from the epoch to 2100. It may be far from the
 # reader's clock: a node whose clock is off is still read (gpulse.status judges
 # freshness by arrival time and places such samples at it), never rejected.
@@ -126,6 +160,8 @@ def _show(value) -> str:
 
 _GPU_BOUNDS = tuple((m.name, m.low, m.high) for m in GPU_METRICS + OPTIONAL_GPU_METRICS)
 _HOST_BOUNDS = tuple((m.name, m.low, m.high) for m in HOST_METRICS)
+# An IB port's rate (Gb/s, sysfs "rate") and its error counters (sysfs counters/).
+_IB_BOUNDS = (("rate", 0, 1e5), *((name, 0, 2**53) for name in IB_COUNTERS))
 _KNOWN_THROTTLE = frozenset(THROTTLE_REASONS)
 _NUMBERS = frozenset((int, float))
 
@@ -215,6 +251,72 @@ def _check_identity(gpu: dict, where: str) -> None:
     lost = gpu.get("lost")
     if lost is not None and type(lost) is not bool:
         raise MalformedSample(f"{where}: 'lost' is not true, false or null")
+
+
+def _check_health_readings(gpu: dict, where: str) -> None:
+    get = gpu.get
+    for name in OPTIONAL_GPU_FLAGS:
+        value = get(name)
+        if value is not None and type(value) is not bool:
+            raise MalformedSample(f"{where}: {name!r} is not true, false or null: {_show(value)}")
+    for name in OPTIONAL_GPU_TEXTS:
+        _text_or_none(get(name), name, where)
+
+
+def _bounded_text(value, limit: int, what: str, where: str) -> None:
+    if type(value) is not str or len(value) > limit:
+        raise MalformedSample(f"{where}: {what} is not a string of at most {limit} characters: {_show(value)}")
+
+
+def _check_system(system, where: str) -> None:
+    if type(system) is not dict:
+        raise MalformedSample(f"{where}: 'system' is not an object of driver and cuda versions")
+    for key in SYSTEM_KEYS:
+        _text_or_none(system.get(key), f"system {key}", where)
+
+
+def _check_ib(ports, where: str) -> int:
+    """Check the "ib" port list; return how many counters were out of range and nulled."""
+    if type(ports) is not list or len(ports) > MAX_IB_PORTS:
+        raise MalformedSample(f"{where}: 'ib' is not a list of at most {MAX_IB_PORTS} ports")
+    nulled = 0
+    for port in ports:
+        if type(port) is not dict:
+            raise MalformedSample(f"{where}: an IB port that is not an object: {_show(port)}")
+        _bounded_text(port.get("port"), MAX_IB_TEXT, "IB port name", where)
+        for key in ("state", "phys_state"):
+            value = port.get(key)
+            if value is not None:
+                _bounded_text(value, MAX_IB_TEXT, f"IB port {key}", where)
+        nulled += _null_out_of_range(port, _IB_BOUNDS, f"{where} IB port {port['port']}")
+    return nulled
+
+
+def _check_health(health, where: str) -> None:
+    """Check the "health" object; drop, in place, findings of checks this version does not know."""
+    if type(health) is not dict:
+        raise MalformedSample(f"{where}: 'health' is not an object of checked and findings")
+    checked, findings = health.get("checked"), health.get("findings")
+    if type(checked) is not list or len(checked) > len(CHECK_IDS) * 4:
+        raise MalformedSample(f"{where}: health 'checked' is not a list of check ids")
+    for check in checked:
+        _bounded_text(check, MAX_IB_TEXT, "a checked id", where)
+    if type(findings) is not list or len(findings) > MAX_FINDINGS:
+        raise MalformedSample(f"{where}: health 'findings' is not a list of at most {MAX_FINDINGS} findings")
+    for finding in findings:
+        if type(finding) is not dict:
+            raise MalformedSample(f"{where}: a health finding that is not an object: {_show(finding)}")
+        _bounded_text(finding.get("check"), MAX_IB_TEXT, "a finding's check", where)
+        status, gpu = finding.get("status"), finding.get("gpu")
+        if status not in FINDING_STATUSES:
+            raise MalformedSample(
+                f"{where}: finding status {_show(status)} is not one of {', '.join(FINDING_STATUSES)}")
+        if gpu is not None and (type(gpu) is not int or not 0 <= gpu <= MAX_GPU_INDEX):
+            raise MalformedSample(f"{where}: finding GPU {_show(gpu)} is not an index 0..{MAX_GPU_INDEX} or null")
+        _bounded_text(finding.get("reason"), MAX_REASON, "a finding's reason", where)
+    # A newer collector's checks: the reader has no action for them, so they go no further.
+    health["checked"] = [check for check in checked if check in CHECK_IDS]
+    health["findings"] = [finding for finding in findings if finding["check"] in CHECK_IDS]
 
 
 def _check_process(process, where: str) -> int:
@@ -309,11 +411,18 @@ def validate(sample) -> int:
         k8s = get("k8s")
         if k8s is not None:
             _check_k8s(k8s, f"node {node} GPU {index}")
+        _check_health_readings(gpu, f"node {node} GPU {index}")
     host = sample.get("host")
     if host is not None:
         if type(host) is not dict:
             raise MalformedSample(f"node {node}: 'host' is not an object")
         nulled += _null_out_of_range(host, _HOST_BOUNDS, f"node {node} host")
+    if sample.get("system") is not None:
+        _check_system(sample["system"], f"node {node}")
+    if sample.get("ib") is not None:
+        nulled += _check_ib(sample["ib"], f"node {node}")
+    if sample.get("health") is not None:
+        _check_health(sample["health"], f"node {node}")
     return nulled
 
 
@@ -358,8 +467,26 @@ _Gpu = _record("_Gpu", {
     "xid": Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=MAX_XID)]], msgspec.Meta(max_length=MAX_XIDS)] | None,
     "processes": Annotated[list[_Process], msgspec.Meta(max_length=MAX_PROCESSES)] | None,  # type: ignore[valid-type]
     "k8s": _K8s | None,
+    **dict.fromkeys(OPTIONAL_GPU_FLAGS, bool | None),
+    **dict.fromkeys(OPTIONAL_GPU_TEXTS, _Text),
 }, required=("index",))
 _Host = _record("_Host", {name: _number(low, high) | None for name, low, high in _HOST_BOUNDS})
+_System = _record("_System", dict.fromkeys(SYSTEM_KEYS, _Text))
+_IbText = Annotated[str, msgspec.Meta(max_length=MAX_IB_TEXT)]
+_IbPort = _record("_IbPort", {
+    "port": _IbText, "state": _IbText | None, "phys_state": _IbText | None,
+    **{name: _number(low, high) | None for name, low, high in _IB_BOUNDS},
+}, required=("port",))
+_Finding = _record("_Finding", {
+    "check": Literal[CHECK_IDS],  # an unknown check goes to validate(), which drops it
+    "gpu": Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_INDEX)] | None,
+    "status": Literal[FINDING_STATUSES],
+    "reason": Annotated[str, msgspec.Meta(max_length=MAX_REASON)],
+}, required=("check", "status", "reason"))
+_Health = _record("_Health", {
+    "checked": Annotated[list[Literal[CHECK_IDS]], msgspec.Meta(max_length=len(CHECK_IDS) * 4)],  # type: ignore[valid-type]
+    "findings": Annotated[list[_Finding], msgspec.Meta(max_length=MAX_FINDINGS)],  # type: ignore[valid-type]
+}, required=("checked", "findings"))
 _Sample = _record("_Sample", {
     "v": Literal[SCHEMA_VERSION],
     "node": Annotated[str, msgspec.Meta(pattern=_whole(NODE_NAME))],
@@ -369,9 +496,13 @@ _Sample = _record("_Sample", {
     "host": _Host | None,
     "seq": Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)] | None,
     "boot": Annotated[str, msgspec.Meta(pattern=_whole(BOOT))] | None,
+    "system": _System | None,
+    "ib": Annotated[list[_IbPort], msgspec.Meta(max_length=MAX_IB_PORTS)] | None,  # type: ignore[valid-type]
+    "health": _Health | None,
 }, required=("v", "node", "ts", "interval", "gpus"))
 _FAST = msgspec.json.Decoder(_Sample)
-_FIELDS = {kind: frozenset(kind.__annotations__) for kind in (_Sample, _Gpu, _Host, _Process, _K8s)}
+_FIELDS = {kind: frozenset(kind.__annotations__)
+           for kind in (_Sample, _Gpu, _Host, _Process, _K8s, _System, _IbPort, _Finding, _Health)}
 
 
 def read_fast(raw: bytes | str) -> dict | None:
@@ -398,8 +529,13 @@ def _only_known(record: dict, kind) -> None:
 
 def _drop_unknown(sample: dict) -> None:
     _only_known(sample, _Sample)
-    if type(sample.get("host")) is dict:
-        _only_known(sample["host"], _Host)
+    for key, kind in (("host", _Host), ("system", _System), ("health", _Health)):
+        if type(sample.get(key)) is dict:
+            _only_known(sample[key], kind)
+    for port in sample.get("ib") or ():
+        _only_known(port, _IbPort)
+    for finding in (sample.get("health") or {}).get("findings", ()):
+        _only_known(finding, _Finding)
     for gpu in sample["gpus"]:
         _only_known(gpu, _Gpu)
         if type(gpu.get("k8s")) is dict:
