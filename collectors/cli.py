@@ -19,7 +19,7 @@ from collectors.probe import ProbeRunner
 from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
 from collectors.simulated import SimulatedFleet, redis_fault_reader
 from collectors.sources import Identity, Source, SourceUnavailable
-from gpulse.faults import parse_fault, parse_target
+from gpulse.faults import SPELLINGS, parse_fault, parse_target
 from gpulse.keys import DEFAULT_REDIS_URL, Keys
 
 log = logging.getLogger("gpulse.collector")
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="simulated node names are PREFIX01, PREFIX02, ...; give each of several simulated "
                              "collectors its own prefix so their nodes stay apart (default %(default)s)")
     parser.add_argument("--fault", action="append", default=[], metavar="NODE[/GPU]=FAULT",
-                        help="inject a fault into the simulated fleet: hot, xid[:CODE], ecc, lost, dead (repeatable)")
+                        help=f"inject a fault into the simulated fleet: {SPELLINGS} (repeatable)")
     parser.add_argument("--buffer-size", type=positive_int, default=DEFAULT_BUFFER_SIZE,
                         help="samples kept while Redis is unreachable (default %(default)s)")
     parser.add_argument("--probe-interval", type=float, default=600.0,
