@@ -326,7 +326,7 @@ class SimulatedFleet:
         faulty = {name: per_gpu[name] for name in _READING_FAULTS}
         self._health, self._system, self._ib = [], [], []
         for i, model in enumerate(self.models):
-            readings = []
+            readings: list[dict | None] = []
             for j in range(self.shape[1]):
                 if per_gpu["gpu_missing"][i, j]:
                     readings.append(None)

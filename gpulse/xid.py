@@ -88,8 +88,8 @@ _CATALOGUE = {
     137: (NVLINK, "NVLink Privilege Error", IGNORE),
     140: (MEMORY, "ECC Unrecovered Error", RESET_GPU),
     143: (HARDWARE, "GPU Initialization Error", RESET_GPU),
-    **{code: (NVLINK, f"NVLink5 {unit} Error", WORKFLOW_NVLINK)
-       for code, unit in zip(range(144, 151), ("SAW", "RLW", "TLW", "TREX", "NVLPW_CTRL", "NETIR", "MSE"), strict=True)},
+    **{code: (NVLINK, f"NVLink5 {unit} Error", WORKFLOW_NVLINK) for code, unit in
+       zip(range(144, 151), ("SAW", "RLW", "TLW", "TREX", "NVLPW_CTRL", "NETIR", "MSE"), strict=True)},
     155: (NVLINK, "NVLink SW Defined Error", RESET_GPU),
     156: (MEMORY, "Resource Retirement Event", RESET_GPU),
     157: (MEMORY, "Resource Retirement Failure", IGNORE),
