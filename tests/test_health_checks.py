@@ -170,7 +170,8 @@ def test_the_worst_xid_of_the_window_is_reported_not_the_application_xid_after_i
     checks = HealthChecks()
     findings(checks, one_gpu(xid=[48]), T0)
     [(_, _, status, reason)] = findings(checks, one_gpu(xid=[45]), T0 + 1)
-    assert status == "fail" and reason.startswith("Xid 48 (memory): Double Bit ECC Error (and 1 other Xid in 15 minutes)")
+    assert status == "fail"
+    assert reason.startswith("Xid 48 (memory): Double Bit ECC Error (and 1 other Xid in 15 minutes)")
 
 
 def test_an_xid_not_in_the_catalogue_warns():
