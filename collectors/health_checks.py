@@ -316,15 +316,17 @@ def ib_port(sample: dict, memory: NodeMemory, now: float) -> list[dict]:
     rates = [port["rate"] for port in ports if port.get("rate") is not None]
     fastest = max(rates, default=None)
     findings = []
+    known = memory.ib
     for port in ports:
-        name, state, physical, rate = port["port"], _state(port.get("state")), _state(port.get("phys_state")), \
-            port.get("rate")
-        counters = tuple(port.get(counter) for counter in IB_COUNTERS)
-        previous, rises = memory.ib.get(name, (counters, {}))
-        for counter, before, value in zip(IB_COUNTERS, previous, counters, strict=True):
-            if before is not None and value is not None and value > before:
-                rises[counter] = (now, value - before)
-        memory.ib[name] = (counters, rises)
+        get = port.get
+        name, state, physical, rate = port["port"], _state(get("state")), _state(get("phys_state")), get("rate")
+        counters = tuple(map(get, IB_COUNTERS))
+        previous, rises = known.get(name) or (counters, {})
+        if previous != counters:
+            for counter, before, value in zip(IB_COUNTERS, previous, counters, strict=True):
+                if before is not None and value is not None and value > before:
+                    rises[counter] = (now, value - before)
+        known[name] = (counters, rises)
         if state != "ACTIVE" or physical != "LinkUp":
             findings.append(_finding("ib_port", None, FAIL, f"{name} {state or 'state unknown'}/"
                                                                f"{physical or 'physical state unknown'}"))
