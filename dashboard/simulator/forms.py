@@ -31,5 +31,5 @@ class FaultForm(forms.Form):
         data = super().clean()
         fault = data.get("fault")
         if fault in NODE_FAULTS and data.get("gpu") is not None:
-            self.add_error("gpu", f"'{fault}' stops a whole node; leave the GPU empty")
+            self.add_error("gpu", f"'{fault}' is a fault of a whole node; leave the GPU empty")
         return data
