@@ -2,6 +2,7 @@
 
 import pytest
 
+from collectors.cli import check_health
 from collectors.health_checks import CHECKED, HealthChecks
 from gpulse.health import CHECKS, IB_COUNTER_WINDOW, XID_WINDOW
 from gpulse.schema import MAX_FINDINGS, MAX_REASON, encode, parse
@@ -260,3 +261,10 @@ def test_every_xid_reason_fits_the_contract(code):
     findings(checks, one_gpu(xid=list(range(1, 64))), T0)
     [(_, _, _, reason)] = findings(checks, one_gpu(xid=[code]), T0 + 1)
     assert len(reason) <= MAX_REASON
+
+
+def test_a_sample_whose_checks_break_is_sent_without_health_and_the_rest_are_checked(caplog):
+    broken, fine = one_gpu(compute_mode=5), sample(node="gpu-02")
+    check_health(HealthChecks(), [broken, fine])
+    assert "health" not in broken and fine["health"]["findings"] == []
+    assert "health checks of node gpu-01 failed" in caplog.text
