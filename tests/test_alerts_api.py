@@ -7,7 +7,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from collectors.simulated import parse_fault
+from collectors.health_checks import HealthChecks
+from collectors.simulated import SimulatedFleet, parse_fault, redis_fault_reader
 from dashboard.accounts.models import ApiToken
 from dashboard.alerts.models import Rule, Silence, WebhookEndpoint
 from gpulse.faults import FAULTS, NODE_FAULTS
@@ -204,7 +205,8 @@ def test_staff_inject_and_clear_simulator_faults(admin, faults):
     "body, message",
     [
         ({"node": "sim-01", "fault": "melt"}, "fault: one of hot, xid"),
-        ({"node": "sim-01", "gpu": 2, "fault": "dead"}, "gpu: 'dead' stops a whole node"),
+        ({"node": "sim-01", "gpu": 2, "fault": "dead"}, "gpu: 'dead' is a fault of a whole node"),
+        ({"node": "sim-01", "gpu": 2, "fault": "ib_down"}, "gpu: 'ib_down' is a fault of a whole node"),
         ({"node": "a/b", "fault": "hot"}, "node: a node name, without /"),
         ({"node": "sim-01", "gpu": -1, "fault": "hot"}, "gpu: Ensure this value is greater than or equal to 0."),
     ],
@@ -236,6 +238,24 @@ def test_every_fault_the_collector_knows_can_be_injected(admin, faults, fault):
     assert response.status_code == 200, response.json()
     stored = faults().get("sim-01" if gpu is None else "sim-01/1")
     assert stored is None if fault == "clear" else parse_fault(stored) == parse_fault(fault)
+
+
+def test_nvlink_down_from_the_api_fails_that_nodes_nvlink_check_until_cleared(admin, faults, redis_client):
+    fleet = SimulatedFleet(2, 8, 1.0, seed=4, fault_reader=redis_fault_reader(redis_client, Keys()))
+    checks = HealthChecks()
+
+    def findings() -> dict[str, list[tuple]]:
+        result = {}
+        for sample in fleet.sample():
+            checks.annotate(sample, sample["ts"])
+            result[sample["node"]] = [(f["check"], f["gpu"], f["status"]) for f in sample["health"]["findings"]]
+        return result
+
+    assert findings() == {"sim-01": [], "sim-02": []}
+    post(admin, "/api/v1/simulator/faults", {"node": "sim-01", "gpu": 3, "fault": "nvlink_down"})
+    assert findings() == {"sim-01": [("nvlink_state", 3, "fail")], "sim-02": []}
+    post(admin, "/api/v1/simulator/faults", {"node": "sim-01", "fault": "clear"})
+    assert findings() == {"sim-01": [], "sim-02": []}
 
 
 def test_faults_are_for_staff_only(operator, faults):
