@@ -17,7 +17,6 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, wait
-
 from pathlib import Path
 
 import psutil
