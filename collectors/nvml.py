@@ -505,12 +505,16 @@ class NvmlSource:
     name = "nvml"
 
     def __init__(self, node_name: str, interval: float, read_timeout: float | None = None,
-                 sysfs: Path | None = None):
+                 sysfs: Path | None = None, procfs: Path | None = None):
         """Initialise NVML now; raise SourceUnavailable with a one-line reason if it cannot be.
 
         With ``sysfs`` (the folder where sysfs is mounted, /sys on the node), each
-        sample carries the node's InfiniBand/RoCE ports as ``ib``.
+        sample carries the node's InfiniBand/RoCE ports as ``ib``. With ``procfs``,
+        psutil reads the host's CPU, memory and GPU processes there: a collector
+        in a container given the host's /proc reports the node, not the container.
         """
+        if procfs is not None:
+            psutil.PROCFS_PATH = str(procfs)  # psutil's documented setting; one source per process
         self.node_name = node_name
         self.interval = interval
         self.sysfs = sysfs
