@@ -5,6 +5,7 @@ error naming the flag and the reason. Nothing here imports Django.
 """
 
 import argparse
+from pathlib import Path
 
 
 def positive_float(text: str) -> float:
@@ -25,3 +26,11 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return value
+
+
+def folder(text: str) -> Path:
+    """An existing directory: a mistyped mount point is a usage error, not a node that reads as empty."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a directory")
+    return path

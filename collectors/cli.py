@@ -11,10 +11,11 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
 
-from collectors.arguments import positive_float, positive_int
+from collectors.arguments import folder, positive_float, positive_int
 from collectors.health_checks import HealthChecks
 from collectors.probe import ProbeRunner
 from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
@@ -39,6 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "dcgm: an existing dcgm-exporter endpoint (default: nvml)")
     parser.add_argument("--dcgm-url", default="http://127.0.0.1:9400/metrics",
                         help="dcgm-exporter endpoint for --source dcgm (default: %(default)s)")
+    # As node_exporter's --path.sysfs and --path.procfs: a collector in a container reads the host's.
+    parser.add_argument("--sysfs", type=folder, default=Path("/sys"),
+                        help="where sysfs is mounted, for the InfiniBand/RoCE ports of --source nvml "
+                             "(default %(default)s)")
+    parser.add_argument("--procfs", type=folder, default=Path("/proc"),
+                        help="where procfs is mounted, for the host's CPU and memory and the names of GPU "
+                             "processes with --source nvml (default %(default)s)")
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
                         help="Redis to write to (default: $REDIS_URL, else %(default)s)")
     parser.add_argument("--interval", type=positive_float, default=1.0, help="seconds between samples (default 1)")
@@ -151,7 +159,7 @@ def nvml_source(args: argparse.Namespace) -> Source:
     # Imported here so the simulated source runs where nvidia-ml-py is absent.
     from collectors.nvml import NvmlSource
 
-    return NvmlSource(args.node_name or socket.gethostname(), args.interval)
+    return NvmlSource(args.node_name or socket.gethostname(), args.interval, sysfs=args.sysfs, procfs=args.procfs)
 
 
 def dcgm_source(args: argparse.Namespace) -> Source:

@@ -6,6 +6,9 @@ GpuLost (the GPU stays in the sample with ``lost: true``), and NVML itself
 going away raises SourceUnavailable. Each GPU is read by its own thread under
 a deadline, so one hung NVML call costs one GPU's readings, never the loop.
 Each reading's comment names the nvidia-smi query that shows the same number.
+
+The health readings (gpulse/health.py judges them) are read the same way: a
+call the GPU does not support gives null, which the checks report as unknown.
 """
 
 import contextlib
@@ -14,12 +17,21 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, wait
+from pathlib import Path
 
 import psutil
 import pynvml
 
+from collectors.infiniband import read_ports
 from collectors.sources import SourceUnavailable
-from gpulse.schema import GPU_METRIC_NAMES, MAX_TEXT, OPTIONAL_GPU_METRIC_NAMES, SCHEMA_VERSION
+from gpulse.schema import (
+    GPU_METRIC_NAMES,
+    MAX_TEXT,
+    OPTIONAL_GPU_FLAGS,
+    OPTIONAL_GPU_METRIC_NAMES,
+    OPTIONAL_GPU_TEXTS,
+    SCHEMA_VERSION,
+)
 from gpulse.throttle import throttle_reasons
 
 log = logging.getLogger(__name__)
@@ -48,6 +60,19 @@ _NOT_AVAILABLE = (
     pynvml.NVMLLibraryMismatchError,  # the binding's name for a missing versioned entry point
 )
 _warned: set[tuple[str, int]] = set()
+
+# nvmlComputeMode_t -> the name nvidia-smi shows (compute_mode).
+COMPUTE_MODES = {
+    pynvml.NVML_COMPUTEMODE_DEFAULT: "Default",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD: "Exclusive_Thread",
+    pynvml.NVML_COMPUTEMODE_PROHIBITED: "Prohibited",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "Exclusive_Process",
+}
+# The NVLink error counters behind nvlink_errors (nvidia-smi nvlink -e).
+NVLINK_ERROR_COUNTERS = (
+    pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
+    pynvml.NVML_NVLINK_ERROR_DL_REPLAY, pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
+)
 
 
 class GpuLost(Exception):
@@ -113,8 +138,38 @@ def _bytes(kib: int | None) -> int | None:
 def _null_gpu(index: int, uuid: str | None, name: str | None) -> dict:
     return {
         "index": index, "uuid": uuid, "name": name, "lost": False,
-        **dict.fromkeys(GPU_METRIC_NAMES + OPTIONAL_GPU_METRIC_NAMES), "throttle": None, "xid": [],
-        "processes": None,
+        **dict.fromkeys(GPU_METRIC_NAMES + OPTIONAL_GPU_METRIC_NAMES + OPTIONAL_GPU_FLAGS + OPTIONAL_GPU_TEXTS),
+        "throttle": None, "xid": [], "processes": None,
+    }
+
+
+def _enabled(state: int | None) -> bool | None:
+    return None if state is None else state == pynvml.NVML_FEATURE_ENABLED
+
+
+def _changing(modes: list[int] | None) -> bool | None:
+    """Whether a (current, pending) mode pair waits for a reset to change."""
+    return None if modes is None else modes[0] != modes[1]
+
+
+def _nvlink_state(handle, link: int) -> int | None:
+    """nvmlDeviceGetNvLinkState; None for a link number the GPU does not have (INVALID_ARGUMENT)."""
+    try:
+        return pynvml.nvmlDeviceGetNvLinkState(handle, link)
+    except pynvml.NVMLError_InvalidArgument:
+        return None
+
+
+def cuda_version(version: int | None) -> str | None:
+    """NVML's CUDA driver version, 1000 * major + 10 * minor (12040), as nvidia-smi shows it ("12.4")."""
+    return None if version is None else f"{version // 1000}.{version % 1000 // 10}"
+
+
+def read_system() -> dict:
+    """The node's driver and the CUDA version it supports (nvidia-smi's header line)."""
+    return {
+        "driver": nvml_query(pynvml.nvmlSystemGetDriverVersion),
+        "cuda": cuda_version(nvml_query(pynvml.nvmlSystemGetCudaDriverVersion_v2)),
     }
 
 
@@ -168,6 +223,8 @@ class _Gpu:
         self._events = None  # an NVML event set with this GPU's XID events, or None
         self._nvlink_fields: list[tuple[int, int]] = []  # (field id, link); empty without NVLink
         self._nvlink_last: tuple[int, int | None, int | None] | None = None  # (µs, tx KiB, rx KiB) at the previous read
+        self._links: list[int] = []  # the NVLink links this GPU has
+        self._static: dict = {}  # the readings that cannot change while the driver is loaded
         self._prepared = False
 
     def read(self) -> dict:
@@ -197,8 +254,35 @@ class _Gpu:
         self.uuid = nvml_query(pynvml.nvmlDeviceGetUUID, self._handle)
         self.name = nvml_query(pynvml.nvmlDeviceGetName, self._handle)
         self._nvlink_fields = self._nvlink_links()
+        self._links = self._existing_links()
+        self._static = self._static_readings()
         self._events = self._xid_event_set()
         self._prepared = True
+
+    def _existing_links(self) -> list[int]:
+        """The NVLink links this GPU has: those whose state NVML answers for."""
+        # Links are soldered in: asked once, not NVML_NVLINK_MAX_LINKS calls per GPU every second.
+        return [link for link in range(pynvml.NVML_NVLINK_MAX_LINKS)
+                if nvml_query(_nvlink_state, self._handle, link) is not None]
+
+    def _static_readings(self) -> dict:
+        """Readings of the board and its slot, read once: they change only with the driver or the hardware.
+
+        A driver reload ends NVML for this process (SourceUnavailable), and the
+        source that replaces it reads them again.
+        """
+        handle = self._handle
+        vbios = nvml_query(pynvml.nvmlDeviceGetVbiosVersion, handle)
+        return {
+            # pcie.link.gen.max and pcie.link.width.max: what this GPU in this slot can reach.
+            # Not nvmlDeviceGetGpuMaxPcieLinkGeneration (pcie.link.gen.gpumax), the GPU's alone:
+            # a Gen5 GPU in a Gen4 host would then read as a degraded link.
+            "pcie_gen_max": nvml_query(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+            "pcie_width_max": nvml_query(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+            "vbios": None if vbios is None else vbios[:MAX_TEXT],  # vbios_version
+            # nvidia-smi nvlink -s lists them; null where NVML answers for none (no NVLink)
+            "nvlink_links": len(self._links) or None,
+        }
 
     def _xid_event_set(self):
         supported = nvml_query(pynvml.nvmlDeviceGetSupportedEventTypes, self._handle, default=0)
@@ -270,7 +354,73 @@ class _Gpu:
             "energy": nvml_query(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle),
             # nvidia-smi -q: PCI "Replays Since Reset"
             "pcie_replay": nvml_query(pynvml.nvmlDeviceGetPcieReplayCounter, handle),
+            **self._static,
+            **self._health_readings(),
         }
+
+    def _health_readings(self) -> dict:
+        """The readings behind the health checks that can change while the GPU runs."""
+        handle = self._handle
+        # remapped_rows.correctable, .uncorrectable, .pending, .failure (Ampere and newer)
+        remapped = nvml_query(pynvml.nvmlDeviceGetRemappedRows, handle)
+        ecc = nvml_query(pynvml.nvmlDeviceGetEccMode, handle)  # ecc.mode.current, ecc.mode.pending
+        mig = nvml_query(pynvml.nvmlDeviceGetMigMode, handle)  # mig.mode.current, mig.mode.pending
+        mode = nvml_query(pynvml.nvmlDeviceGetComputeMode, handle)
+        up, errors = self._nvlink_health()
+        readings = {
+            "pcie_gen": nvml_query(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),  # pcie.link.gen.current
+            "pcie_width": nvml_query(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),  # pcie.link.width.current
+            "remapped_correctable": None if remapped is None else remapped[0],
+            "remapped_uncorrectable": None if remapped is None else remapped[1],
+            "remap_pending": None if remapped is None else bool(remapped[2]),
+            "remap_failure": None if remapped is None else bool(remapped[3]),
+            "retired_pages": None,
+            "retired_pending": None,
+            "ecc_enabled": None if ecc is None else _enabled(ecc[0]),
+            "ecc_pending": _changing(ecc),
+            "persistence": _enabled(nvml_query(pynvml.nvmlDeviceGetPersistenceMode, handle)),  # persistence_mode
+            "compute_mode": None if mode is None else COMPUTE_MODES.get(mode),  # compute_mode
+            "mig_enabled": None if mig is None else _enabled(mig[0]),
+            "mig_pending": _changing(mig),
+            "nvlink_links_up": up,
+            "nvlink_errors": errors,
+        }
+        if remapped is None:
+            # Page retirement is what GPUs before Ampere do instead of row remapping;
+            # GPUs that remap rows answer NOT_SUPPORTED, so they are not asked.
+            readings["retired_pages"], readings["retired_pending"] = self._retired_pages()
+        return readings
+
+    def _retired_pages(self) -> tuple[int | None, bool | None]:
+        """retired_pages.sbe + retired_pages.dbe, and retired_pages.pending."""
+        handle = self._handle
+        counts = [nvml_query(pynvml.nvmlDeviceGetRetiredPages, handle, cause) for cause in (
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+        )]
+        pages = None if None in counts else sum(len(addresses) for addresses in counts)
+        return pages, _enabled(nvml_query(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle))
+
+    def _nvlink_health(self) -> tuple[int | None, int | None]:
+        """Return (links up, error count summed over the links that are up).
+
+        nvidia-smi nvlink -s shows each link's state, nvidia-smi nvlink -e its
+        CRC flit, CRC data, replay and recovery counters. The per-link calls,
+        not the *_ERROR_COUNT_TOTAL field values: those read 0 on Hopper. A
+        counter the GPU does not keep (CRC data on some) is left out of the
+        sum; null when nothing could be read.
+        """
+        if not self._links:
+            return None, None
+        handle = self._handle
+        states = [nvml_query(_nvlink_state, handle, link) for link in self._links]
+        if None in states:  # a link that answered once and no longer does: cannot tell how many are up
+            return None, None
+        up = [link for link, state in zip(self._links, states, strict=True) if state == pynvml.NVML_FEATURE_ENABLED]
+        counts = [nvml_query(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, counter)
+                  for link in up for counter in NVLINK_ERROR_COUNTERS]
+        readable = [count for count in counts if count is not None]
+        return len(up), sum(readable) if readable else None
 
     def _xids(self) -> list[int]:
         """Return the XID codes raised since the last read (the kernel log's "NVRM: Xid" lines)."""
@@ -354,10 +504,20 @@ class NvmlSource:
 
     name = "nvml"
 
-    def __init__(self, node_name: str, interval: float, read_timeout: float | None = None):
-        """Initialise NVML now; raise SourceUnavailable with a one-line reason if it cannot be."""
+    def __init__(self, node_name: str, interval: float, read_timeout: float | None = None,
+                 sysfs: Path | None = None, procfs: Path | None = None):
+        """Initialise NVML now; raise SourceUnavailable with a one-line reason if it cannot be.
+
+        With ``sysfs`` (the folder where sysfs is mounted, /sys on the node), each
+        sample carries the node's InfiniBand/RoCE ports as ``ib``. With ``procfs``,
+        psutil reads the host's CPU, memory and GPU processes there: a collector
+        in a container given the host's /proc reports the node, not the container.
+        """
+        if procfs is not None:
+            psutil.PROCFS_PATH = str(procfs)  # psutil's documented setting; one source per process
         self.node_name = node_name
         self.interval = interval
+        self.sysfs = sysfs
         self.read_timeout = min(interval / 2, MAX_READ_TIMEOUT) if read_timeout is None else read_timeout
         self._closed = False
         _init_nvml()
@@ -377,7 +537,9 @@ class NvmlSource:
         )
         self._readers = [_Reader(_Gpu(index, memory_version, clock_reasons)) for index in range(count)]
         psutil.cpu_percent(None)  # the first call only starts the measuring window
-        log.info("NVML: driver %s, %d GPUs", nvml_query(pynvml.nvmlSystemGetDriverVersion), count)
+        # Fixed while NVML is open: a driver upgrade unloads the module, which ends NVML here.
+        self.system = read_system()
+        log.info("NVML: driver %s, CUDA %s, %d GPUs", self.system["driver"], self.system["cuda"], count)
 
     def sample(self) -> list[dict]:
         ts = time.time()
@@ -392,8 +554,11 @@ class NvmlSource:
         }
         wait([future for future in pending.values() if future is not None], timeout=self.read_timeout)
         gpus = [self._gpu_result(reader, future) for reader, future in pending.items()]
-        return [{"v": SCHEMA_VERSION, "node": self.node_name, "ts": ts, "interval": self.interval,
-                 "gpus": gpus, "host": host}]
+        sample = {"v": SCHEMA_VERSION, "node": self.node_name, "ts": ts, "interval": self.interval,
+                  "gpus": gpus, "host": host, "system": dict(self.system)}
+        if self.sysfs is not None:
+            sample["ib"] = read_ports(self.sysfs)
+        return [sample]
 
     def _gpu_result(self, reader: _Reader, future: Future | None) -> dict:
         if future is None or not future.done():

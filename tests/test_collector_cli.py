@@ -198,3 +198,33 @@ def test_it_keeps_sampling_through_a_redis_outage_and_delivers_the_backlog():
     assert returncode == 0, err
     assert len([line for line in err.splitlines() if "unreachable" in line]) == 1
     assert "reachable again" in err
+
+
+RECORDED = ROOT / "tests" / "data"
+
+
+def test_the_nvml_source_reads_infiniband_from_sysfs_and_the_host_from_procfs():
+    from tests import fake_nvml
+
+    env = fake_nvml.subprocess_env(fake_nvml.config(gpus=2))
+    result = subprocess.run([*COLLECTOR, "--source", "nvml", "--node-name", "gpu-07", "--once", "--stdout",
+                             "--sysfs", str(RECORDED / "sysfs"), "--procfs", str(RECORDED / "procfs")],
+                            cwd=ROOT, env=env, capture_output=True, timeout=60)
+
+    assert result.returncode == 0, result.stderr.decode()
+    sample = parse(result.stdout)
+    assert [(port["port"], port["state"], port["phys_state"]) for port in sample["ib"]] == [
+        ("mlx5_0/1", "ACTIVE", "LinkUp"), ("mlx5_1/1", "DOWN", "Polling")]
+    # The recorded node's /proc/meminfo (kB): MemTotal 2113389684, MemAvailable 2010745316.
+    assert sample["host"]["mem_total"] == 2113389684 * 1024
+    assert sample["host"]["mem_used"] == (2113389684 - 2010745316) * 1024
+    assert sample["system"] == {"driver": "550.54.15", "cuda": "12.4"}
+
+
+@pytest.mark.parametrize("flag", ["--sysfs", "--procfs"])
+def test_a_sysfs_or_procfs_that_is_not_a_directory_is_a_usage_error(flag, tmp_path):
+    result = collector("--source", "nvml", "--once", "--stdout", flag, str(tmp_path / "missing"))
+
+    assert result.returncode == 2
+    stderr = result.stderr.decode()
+    assert f"argument {flag}: {tmp_path / 'missing'} is not a directory" in stderr.splitlines()[-1]

@@ -20,8 +20,12 @@ from tests import fake_nvml
 
 REPO = Path(__file__).resolve().parent.parent
 MISSING_PID = 999_999_999  # above any pid_max, so never a live process
+HEALTH_CALLS = ["pcie_gen", "pcie_width", "pcie_gen_max", "pcie_width_max", "remap", "retired", "retired_pending",
+                "ecc_mode", "persistence", "compute_mode", "mig", "vbios", "nvlink_state", "nvlink_errors"]
 ALL_READINGS = ["util", "memory", "temp", "power", "power_limit", "clocks", "fan", "throttle", "ecc", "pcie",
-                "nvlink", "events", "procs", "energy", "pcie_replay", "mem_temp"]
+                "nvlink", "events", "procs", "energy", "pcie_replay", "mem_temp", *HEALTH_CALLS]
+STATIC_READINGS = ("pcie_gen_max", "pcie_width_max", "vbios", "nvlink_links")  # read once per GPU
+RECORDED_SYSFS = REPO / "tests" / "data" / "sysfs"
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +61,8 @@ def only_sample(source) -> dict:
 
 
 def assert_all_readings_null(gpu):
-    readings = schema.GPU_METRIC_NAMES + schema.OPTIONAL_GPU_METRIC_NAMES
+    readings = (schema.GPU_METRIC_NAMES + schema.OPTIONAL_GPU_METRIC_NAMES + schema.OPTIONAL_GPU_FLAGS
+                + schema.OPTIONAL_GPU_TEXTS)
     assert {name: gpu[name] for name in readings} == dict.fromkeys(readings)
     assert gpu["throttle"] is None
     assert gpu["processes"] is None
@@ -104,6 +109,13 @@ def test_it_reports_every_reading_in_schema_units(open_source):
         "mem_temp": 70,  # °C, the NVML_FI_DEV_MEMORY_TEMP field
         "energy": 48213775401,  # mJ since the driver loaded
         "pcie_replay": 0,
+        # the health readings of a healthy H100 SXM (the fake's defaults)
+        "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16,
+        "remapped_correctable": 0, "remapped_uncorrectable": 0, "remap_pending": False, "remap_failure": False,
+        "retired_pages": None, "retired_pending": None,  # a GPU that remaps rows retires no pages
+        "ecc_enabled": True, "ecc_pending": False, "persistence": True, "compute_mode": "Default",
+        "mig_enabled": False, "mig_pending": False, "vbios": "96.00.99.00.01",
+        "nvlink_links": 4, "nvlink_links_up": 4, "nvlink_errors": 0,
     }
     assert (gpu1["mem_temp"], gpu1["energy"], gpu1["pcie_replay"]) == (71, 48213775402, 1)
     assert (gpu1["index"], gpu1["util"], gpu1["temp"], gpu1["power"], gpu1["fan"]) == (1, 91, 61, 613.4, 41)
@@ -113,6 +125,131 @@ def test_it_reports_every_reading_in_schema_units(open_source):
     host = sample["host"]
     assert 0 <= host["cpu_util"] <= 100
     assert 0 < host["mem_used"] < host["mem_total"]
+    assert sample["system"] == {"driver": "550.54.15", "cuda": "12.4"}
+    assert "ib" not in sample  # no sysfs given
+    assert schema.parse(schema.encode(sample)) == sample
+
+
+def test_the_health_readings_are_what_the_driver_reports(open_source):
+    source = open_source(
+        gpus=2, pcie="3:5:8:16", remapped="2:1:1:0", ecc_mode="1:0", persistence=0, compute_mode=3, mig="1:0",
+        vbios="96.00.74.00.0B", nvlinks=18, nvlink_down=[2, 5], nvlink_errors="1:2:3:4",
+        driver="535.129.03", cuda=12020,
+    )
+    sample = only_sample(source)
+
+    health = {name: sample["gpus"][1][name] for name in (
+        "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max", "remapped_correctable", "remapped_uncorrectable",
+        "remap_pending", "remap_failure", "retired_pages", "retired_pending", "ecc_enabled", "ecc_pending",
+        "persistence", "compute_mode", "mig_enabled", "mig_pending", "vbios", "nvlink_links", "nvlink_links_up",
+        "nvlink_errors")}
+    assert health == {
+        "pcie_gen": 3, "pcie_gen_max": 5, "pcie_width": 8, "pcie_width_max": 16,
+        "remapped_correctable": 2, "remapped_uncorrectable": 1, "remap_pending": True, "remap_failure": False,
+        "retired_pages": None, "retired_pending": None,
+        "ecc_enabled": True, "ecc_pending": True,  # on now, off after the next reset
+        "persistence": False, "compute_mode": "Exclusive_Process", "mig_enabled": True, "mig_pending": True,
+        "vbios": "96.00.74.00.0B", "nvlink_links": 18, "nvlink_links_up": 16,
+        "nvlink_errors": 16 * (1 + 2 + 3 + 4),  # CRC flit, CRC data, replay, recovery of the 16 links up
+    }
+    assert sample["system"] == {"driver": "535.129.03", "cuda": "12.2"}
+    assert schema.parse(schema.encode(sample)) == sample
+
+
+@pytest.mark.parametrize("mode, name", [(0, "Default"), (2, "Prohibited"), (3, "Exclusive_Process")])
+def test_the_compute_mode_is_named_as_nvidia_smi_names_it(open_source, mode, name):
+    assert only_sample(open_source(compute_mode=mode))["gpus"][0]["compute_mode"] == name
+
+
+def test_a_gpu_without_row_remapping_reports_its_retired_pages(open_source):
+    gpu = only_sample(open_source(unsupported=["remap"], retired="3:2:1"))["gpus"][0]
+
+    assert (gpu["retired_pages"], gpu["retired_pending"]) == (5, True)  # 3 single-bit + 2 double-bit
+    assert [gpu[name] for name in ("remapped_correctable", "remapped_uncorrectable", "remap_pending",
+                                   "remap_failure")] == [None] * 4
+
+
+def test_a_gpu_that_remaps_rows_is_not_asked_for_retired_pages(open_source):
+    gpu = only_sample(open_source(retired="3:2:1"))["gpus"][0]
+
+    assert (gpu["retired_pages"], gpu["retired_pending"]) == (None, None)
+
+
+# Each call the fake can refuse -> the readings that become null, and only those.
+UNSUPPORTED_CALLS = {
+    "pcie_gen": ["pcie_gen"],
+    "pcie_width": ["pcie_width"],
+    "pcie_gen_max": ["pcie_gen_max"],
+    "pcie_width_max": ["pcie_width_max"],
+    "remap": ["remapped_correctable", "remapped_uncorrectable", "remap_pending", "remap_failure"],
+    "ecc_mode": ["ecc_enabled", "ecc_pending"],
+    "persistence": ["persistence"],
+    "compute_mode": ["compute_mode"],
+    "mig": ["mig_enabled", "mig_pending"],
+    "vbios": ["vbios"],
+    "nvlink_state": ["nvlink_links", "nvlink_links_up", "nvlink_errors"],
+    "nvlink_errors": ["nvlink_errors"],
+}
+HEALTH_READINGS = sorted({name for names in UNSUPPORTED_CALLS.values() for name in names})
+
+
+@pytest.mark.parametrize("call", UNSUPPORTED_CALLS)
+def test_an_unsupported_health_call_gives_null_and_keeps_the_rest(open_source, call):
+    sample = only_sample(open_source(unsupported=[call]))
+    gpu = sample["gpus"][0]
+
+    assert {name for name in HEALTH_READINGS if gpu[name] is None} == set(UNSUPPORTED_CALLS[call])
+    assert gpu["lost"] is False and "error" not in gpu
+    assert schema.parse(schema.encode(sample)) == sample
+
+
+@pytest.mark.parametrize("call, expected", [("retired", (None, True)), ("retired_pending", (5, None))])
+def test_an_unsupported_retired_pages_call_gives_null(open_source, call, expected):
+    gpu = only_sample(open_source(unsupported=["remap", call], retired="3:2:1"))["gpus"][0]
+
+    assert (gpu["retired_pages"], gpu["retired_pending"]) == expected
+
+
+def test_a_gpu_without_nvlink_reports_null_links(open_source):
+    gpu = only_sample(open_source(nvlinks=0))["gpus"][0]
+
+    assert (gpu["nvlink_links"], gpu["nvlink_links_up"], gpu["nvlink_errors"]) == (None, None, None)
+
+
+def test_a_driver_that_cannot_tell_its_cuda_version_reports_null(open_source):
+    assert only_sample(open_source(unsupported=["cuda"]))["system"] == {"driver": "550.54.15", "cuda": None}
+
+
+def test_the_slot_vbios_and_links_are_read_once_per_gpu(open_source, fake_library):
+    source = open_source(vbios="96.00.74.00.0B", pcie="4:4:16:16", nvlinks=18)
+    only_sample(source)
+
+    # What only a new board or slot changes is not asked again; what the link does now is.
+    fake_nvml.configure(fake_library, fake_nvml.config(vbios="96.00.99.00.01", pcie="3:5:8:8", nvlinks=4))
+    gpu = only_sample(source)["gpus"][0]
+
+    assert (gpu["vbios"], gpu["pcie_gen_max"], gpu["pcie_width_max"], gpu["nvlink_links"]) == (
+        "96.00.74.00.0B", 4, 16, 18)
+    assert (gpu["pcie_gen"], gpu["pcie_width"]) == (3, 8)
+
+
+def test_a_lost_gpu_reports_null_health_readings(open_source):
+    gpu = only_sample(open_source(gpus=2, lost=[1]))["gpus"][1]
+
+    assert gpu["lost"] is True
+    assert_all_readings_null(gpu)
+
+
+def test_each_sample_carries_the_infiniband_ports_of_the_given_sysfs(fake_library, monkeypatch):
+    monkeypatch.setenv("FAKE_NVML_CONFIG", fake_nvml.config(gpus=1))
+    source = NvmlSource("gpu-01", 1.0, sysfs=RECORDED_SYSFS)
+    try:
+        sample = only_sample(source)
+    finally:
+        source.close()
+
+    assert [(port["port"], port["state"], port["rate"]) for port in sample["ib"]] == [
+        ("mlx5_0/1", "ACTIVE", 400.0), ("mlx5_1/1", "DOWN", 10.0)]
     assert schema.parse(schema.encode(sample)) == sample
 
 
@@ -273,7 +410,10 @@ def test_an_unexpected_nvml_error_nulls_readings_and_is_logged_once(open_source,
 
     for gpu in (first, second):
         assert gpu["lost"] is False
-        assert_all_readings_null(gpu)
+        # What the board and slot are was read before the error and stays true.
+        static = {name: gpu.pop(name) for name in STATIC_READINGS}
+        assert static == {"pcie_gen_max": 5, "pcie_width_max": 16, "vbios": "96.00.99.00.01", "nvlink_links": 4}
+        assert_all_readings_null({**gpu, **dict.fromkeys(STATIC_READINGS)})
     assert any("nvmlDeviceGetUtilizationRates failed (Unknown Error)" in r.getMessage() for r in caplog.records)
     assert len(caplog.records) == warnings  # nothing new the second time
 

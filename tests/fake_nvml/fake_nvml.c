@@ -18,12 +18,31 @@
  *   unsupported=R,R      readings answering NOT_SUPPORTED on every GPU, from:
  *                        util memory temp power power_limit clocks fan
  *                        throttle ecc pcie nvlink events procs energy
- *                        pcie_replay mem_temp
+ *                        pcie_replay mem_temp, and the health readings
+ *                        pcie_gen pcie_width pcie_gen_max pcie_width_max
+ *                        remap retired retired_pending ecc_mode persistence
+ *                        compute_mode mig vbios nvlink_state nvlink_errors
+ *                        cuda (nvmlSystemGetCudaDriverVersion_v2)
  *   hang=I:SECONDS       GPU I's utilization call sleeps SECONDS first
  *   xid=I:CODE,I:CODE    XID events waiting on GPU I, each delivered once
  *   procs=I:PID:BYTES:K  processes on GPU I (K: c compute, g graphics;
  *                        BYTES "na" = not available, as under WDDM)
  *   throttle=MASK        clock event reasons on every GPU (default 0x4)
+ *
+ * Health readings, the same on every GPU (defaults: a healthy H100 SXM):
+ *   pcie=GEN:GENMAX:WIDTH:WIDTHMAX   PCIe link, current and maximum (5:5:16:16)
+ *   remapped=CORR:UNC:PENDING:FAILURE  nvmlDeviceGetRemappedRows (0:0:0:0)
+ *   retired=SBE:DBE:PENDING  retired pages per cause and the pending flag (0:0:0)
+ *   ecc_mode=CUR:PENDING     (1:1)      persistence=0|1 (1)
+ *   compute_mode=N           nvmlComputeMode_t (0, Default)
+ *   mig=CUR:PENDING          (0:0)      vbios=TEXT (96.00.99.00.01)
+ *   nvlinks=N                links the GPU has (4, at most 36); the
+ *                            throughput fields and nvmlDeviceGetNvLinkState
+ *                            answer for links 0..N-1, INVALID_ARGUMENT beyond
+ *   nvlink_down=L,L          links whose state is inactive
+ *   nvlink_errors=FLIT:DATA:REPLAY:RECOVERY  each link's error counters (0:0:0:0)
+ *   driver=TEXT              driver version (550.54.15)
+ *   cuda=N                   CUDA driver version, 1000*major + 10*minor (12040)
  *
  * Readings of GPU i:
  *   utilization 90+i %, memory controller 60+i %, temperature 60+i C,
@@ -67,6 +86,7 @@ typedef int nvmlReturn_t;
 #define MAX_XIDS 64
 
 #define NVLINK_LINKS 4
+#define NVLINK_MAX_LINKS 36
 #define NVLINK_TX_KIB_PER_S 2500000ULL
 #define NVLINK_RX_KIB_PER_S 1250000ULL
 #define FI_NVLINK_LINK_COUNT 91
@@ -87,6 +107,10 @@ enum reading {
     R_POWER_LIMIT = 1 << 4, R_CLOCKS = 1 << 5, R_FAN = 1 << 6, R_THROTTLE = 1 << 7,
     R_ECC = 1 << 8, R_PCIE = 1 << 9, R_NVLINK = 1 << 10, R_EVENTS = 1 << 11,
     R_PROCS = 1 << 12, R_ENERGY = 1 << 13, R_PCIE_REPLAY = 1 << 14, R_MEM_TEMP = 1 << 15,
+    R_PCIE_GEN = 1 << 16, R_PCIE_WIDTH = 1 << 17, R_PCIE_GEN_MAX = 1 << 18, R_PCIE_WIDTH_MAX = 1 << 19,
+    R_REMAP = 1 << 20, R_RETIRED = 1 << 21, R_RETIRED_PENDING = 1 << 22, R_ECC_MODE = 1 << 23,
+    R_PERSISTENCE = 1 << 24, R_COMPUTE_MODE = 1 << 25, R_MIG = 1 << 26, R_VBIOS = 1 << 27,
+    R_NVLINK_STATE = 1 << 28, R_NVLINK_ERRORS = 1 << 29, R_CUDA = 1 << 30,
 };
 
 static const struct { const char *name; int bit; } READINGS[] = {
@@ -94,7 +118,11 @@ static const struct { const char *name; int bit; } READINGS[] = {
     {"power_limit", R_POWER_LIMIT}, {"clocks", R_CLOCKS}, {"fan", R_FAN},
     {"throttle", R_THROTTLE}, {"ecc", R_ECC}, {"pcie", R_PCIE}, {"nvlink", R_NVLINK},
     {"events", R_EVENTS}, {"procs", R_PROCS}, {"energy", R_ENERGY}, {"pcie_replay", R_PCIE_REPLAY},
-    {"mem_temp", R_MEM_TEMP},
+    {"mem_temp", R_MEM_TEMP}, {"pcie_gen", R_PCIE_GEN}, {"pcie_width", R_PCIE_WIDTH},
+    {"pcie_gen_max", R_PCIE_GEN_MAX}, {"pcie_width_max", R_PCIE_WIDTH_MAX}, {"remap", R_REMAP},
+    {"retired", R_RETIRED}, {"retired_pending", R_RETIRED_PENDING}, {"ecc_mode", R_ECC_MODE},
+    {"persistence", R_PERSISTENCE}, {"compute_mode", R_COMPUTE_MODE}, {"mig", R_MIG}, {"vbios", R_VBIOS},
+    {"nvlink_state", R_NVLINK_STATE}, {"nvlink_errors", R_NVLINK_ERRORS}, {"cuda", R_CUDA},
 };
 
 /* The binding's structs, field for field. */
@@ -144,6 +172,15 @@ static struct {
     int nprocs;
     struct fake_xid xids[MAX_XIDS];
     int nxids;
+    unsigned int pcie[4];       /* current gen, max gen, current width, max width */
+    unsigned int remapped[4];   /* correctable, uncorrectable, pending, failure */
+    unsigned int retired[3];    /* single-bit cause, double-bit cause, pending */
+    unsigned int ecc_mode[2], mig[2], persistence, compute_mode;
+    char vbios[32], driver[32];
+    int cuda;
+    int nvlinks;
+    unsigned long long nvlink_down; /* bit per link */
+    unsigned long long nvlink_errors[4]; /* per link, by nvmlNvLinkErrorCounter_t order below */
 } cfg;
 
 static struct fake_device devices[MAX_GPUS];
@@ -168,6 +205,8 @@ static void parse_list(const char *key, char *value)
         } else if (!strcmp(key, "unsupported")) {
             for (size_t i = 0; i < sizeof READINGS / sizeof READINGS[0]; i++)
                 if (!strcmp(item, READINGS[i].name)) cfg.unsupported |= READINGS[i].bit;
+        } else if (!strcmp(key, "nvlink_down")) {
+            cfg.nvlink_down |= 1ULL << atoi(item);
         } else if (!strcmp(key, "xid") && cfg.nxids < MAX_XIDS) {
             struct fake_xid *x = &cfg.xids[cfg.nxids++];
             sscanf(item, "%d:%llu", &x->gpu, &x->code);
@@ -190,6 +229,14 @@ int fakeNvmlConfigure(const char *text)
     cfg.hang_gpu = -1;
     cfg.throttle = 0x4;
     strcpy(cfg.name, "NVIDIA H100 80GB HBM3");
+    cfg.pcie[0] = cfg.pcie[1] = 5;
+    cfg.pcie[2] = cfg.pcie[3] = 16;
+    cfg.ecc_mode[0] = cfg.ecc_mode[1] = 1;
+    cfg.persistence = 1;
+    strcpy(cfg.vbios, "96.00.99.00.01");
+    strcpy(cfg.driver, "550.54.15");
+    cfg.cuda = 12040;
+    cfg.nvlinks = NVLINK_LINKS;
     char *copy = strdup(text ? text : ""), *save = NULL;
     for (char *pair = strtok_r(copy, ";", &save); pair; pair = strtok_r(NULL, ";", &save)) {
         char *value = strchr(pair, '=');
@@ -201,6 +248,23 @@ int fakeNvmlConfigure(const char *text)
         else if (!strcmp(pair, "device_error")) cfg.device_error = atoi(value);
         else if (!strcmp(pair, "hang")) sscanf(value, "%d:%lf", &cfg.hang_gpu, &cfg.hang_seconds);
         else if (!strcmp(pair, "throttle")) cfg.throttle = strtoull(value, NULL, 0);
+        else if (!strcmp(pair, "pcie"))
+            sscanf(value, "%u:%u:%u:%u", &cfg.pcie[0], &cfg.pcie[1], &cfg.pcie[2], &cfg.pcie[3]);
+        else if (!strcmp(pair, "remapped"))
+            sscanf(value, "%u:%u:%u:%u", &cfg.remapped[0], &cfg.remapped[1], &cfg.remapped[2], &cfg.remapped[3]);
+        else if (!strcmp(pair, "retired")) sscanf(value, "%u:%u:%u", &cfg.retired[0], &cfg.retired[1], &cfg.retired[2]);
+        else if (!strcmp(pair, "ecc_mode")) sscanf(value, "%u:%u", &cfg.ecc_mode[0], &cfg.ecc_mode[1]);
+        else if (!strcmp(pair, "mig")) sscanf(value, "%u:%u", &cfg.mig[0], &cfg.mig[1]);
+        else if (!strcmp(pair, "persistence")) cfg.persistence = atoi(value);
+        else if (!strcmp(pair, "compute_mode")) cfg.compute_mode = atoi(value);
+        else if (!strcmp(pair, "vbios")) snprintf(cfg.vbios, sizeof cfg.vbios, "%s", value);
+        else if (!strcmp(pair, "driver")) snprintf(cfg.driver, sizeof cfg.driver, "%s", value);
+        else if (!strcmp(pair, "cuda")) cfg.cuda = atoi(value);
+        else if (!strcmp(pair, "nvlinks"))
+            cfg.nvlinks = atoi(value) < NVLINK_MAX_LINKS ? atoi(value) : NVLINK_MAX_LINKS;
+        else if (!strcmp(pair, "nvlink_errors"))
+            sscanf(value, "%llu:%llu:%llu:%llu", &cfg.nvlink_errors[0], &cfg.nvlink_errors[1],
+                   &cfg.nvlink_errors[2], &cfg.nvlink_errors[3]);
         else parse_list(pair, value);
     }
     free(copy);
@@ -268,7 +332,15 @@ const char *nvmlErrorString(nvmlReturn_t result)
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
-    if (snprintf(version, length, "550.54.15") >= (int)length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    if (snprintf(version, length, "%s", cfg.driver) >= (int)length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (cfg.unsupported & R_CUDA) return NVML_ERROR_NOT_SUPPORTED;
+    *version = cfg.cuda;
     return NVML_SUCCESS;
 }
 
@@ -434,10 +506,10 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
         v->timestamp = (long long)(t * 1e6);
         v->latencyUsec = 0;
         v->nvmlReturn = NVML_SUCCESS;
-        int link_ok = v->scopeId < NVLINK_LINKS && !(cfg.unsupported & R_NVLINK);
+        int link_ok = v->scopeId < (unsigned int)cfg.nvlinks && !(cfg.unsupported & R_NVLINK);
         if (v->fieldId == FI_NVLINK_LINK_COUNT && !(cfg.unsupported & R_NVLINK)) {
             v->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
-            v->value.uiVal = NVLINK_LINKS;
+            v->value.uiVal = cfg.nvlinks;
         } else if (v->fieldId == FI_NVLINK_THROUGHPUT_DATA_TX && link_ok) {
             v->valueType = 3; /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
             v->value.ullVal = (unsigned long long)((t - init_time) * NVLINK_TX_KIB_PER_S);
@@ -532,4 +604,126 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
         nanosleep(&wait, NULL);
     }
     return NVML_ERROR_TIMEOUT;
+}
+
+/* The health readings (see the configuration above). */
+
+static nvmlReturn_t uint_reading(nvmlDevice_t device, int reading, unsigned int value, unsigned int *out)
+{
+    CHECK(device, reading);
+    (void)index;
+    *out = value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+    return uint_reading(device, R_PCIE_GEN, cfg.pcie[0], gen);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+    return uint_reading(device, R_PCIE_GEN_MAX, cfg.pcie[1], gen);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
+{
+    return uint_reading(device, R_PCIE_WIDTH, cfg.pcie[2], width);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
+{
+    return uint_reading(device, R_PCIE_WIDTH_MAX, cfg.pcie[3], width);
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corr, unsigned int *unc,
+                                       unsigned int *pending, unsigned int *failure)
+{
+    CHECK(device, R_REMAP);
+    *corr = cfg.remapped[0];
+    *unc = cfg.remapped[1];
+    *pending = cfg.remapped[2];
+    *failure = cfg.remapped[3];
+    return NVML_SUCCESS;
+}
+
+/* As the real one: with no buffer, or one too small, it answers the count and INSUFFICIENT_SIZE. */
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, unsigned int cause, unsigned int *count,
+                                       unsigned long long *addresses)
+{
+    CHECK(device, R_RETIRED);
+    if (cause > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int pages = cfg.retired[cause];
+    if (!addresses || *count < pages) {
+        *count = pages;
+        return pages ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    for (unsigned int i = 0; i < pages; i++) addresses[i] = 0x1000ULL * (i + 1) + cause;
+    *count = pages;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, unsigned int *pending)
+{
+    return uint_reading(device, R_RETIRED_PENDING, cfg.retired[2], pending);
+}
+
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+{
+    CHECK(device, R_ECC_MODE);
+    *current = cfg.ecc_mode[0];
+    *pending = cfg.ecc_mode[1];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, unsigned int *mode)
+{
+    return uint_reading(device, R_PERSISTENCE, cfg.persistence, mode);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *mode)
+{
+    return uint_reading(device, R_COMPUTE_MODE, cfg.compute_mode, mode);
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+{
+    CHECK(device, R_MIG);
+    *current = cfg.mig[0];
+    *pending = cfg.mig[1];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    CHECK(device, R_VBIOS);
+    if (snprintf(version, length, "%s", cfg.vbios) >= (int)length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t nvlink_check(nvmlDevice_t device, int reading, unsigned int link)
+{
+    CHECK(device, reading);
+    (void)index;
+    return link < (unsigned int)cfg.nvlinks ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, unsigned int *active)
+{
+    nvmlReturn_t ret = nvlink_check(device, R_NVLINK_STATE, link);
+    if (ret != NVML_SUCCESS) return ret;
+    *active = !(cfg.nvlink_down & (1ULL << link));
+    return NVML_SUCCESS;
+}
+
+/* nvmlNvLinkErrorCounter_t: DL_REPLAY 0, DL_RECOVERY 1, DL_CRC_FLIT 2, DL_CRC_DATA 3. */
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, unsigned int counter,
+                                             unsigned long long *value)
+{
+    static const int configured[] = {2, 3, 0, 1}; /* counter -> position in nvlink_errors=FLIT:DATA:REPLAY:RECOVERY */
+    nvmlReturn_t ret = nvlink_check(device, R_NVLINK_ERRORS, link);
+    if (ret != NVML_SUCCESS) return ret;
+    if (counter > 3) return NVML_ERROR_NOT_SUPPORTED;
+    *value = cfg.nvlink_errors[configured[counter]];
+    return NVML_SUCCESS;
 }
