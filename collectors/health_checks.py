@@ -85,7 +85,9 @@ def pcie_link(gpu: dict, memory: GpuMemory, now: float) -> Result:
         return _NO_PCIE
     gen, gen_max = gpu.get("pcie_gen"), gpu.get("pcie_gen_max")
     narrow = width < width_max
-    slow = gen is not None and gen_max is not None and gen < gen_max and _busy(gpu)
+    if not narrow and (gen is None or gen_max is None):
+        return UNKNOWN, f"x{width:g} of x{width_max:g} lanes; PCIe link generation not reported"
+    slow = not narrow and gen < gen_max and _busy(gpu)
     if not narrow and not slow:
         return None
     generation = "generation not reported" if gen is None or gen_max is None else f"Gen{gen:g} of Gen{gen_max:g}"
@@ -146,6 +148,10 @@ def retired_pages(gpu: dict, memory: GpuMemory, now: float) -> Result:
         return FAIL, f"{pages:g} pages retired (the limit is {RETIRED_PAGES_LIMIT})"
     if pending:
         return WARN, "a page retirement waits for a reboot" + ("" if pages is None else f" ({pages:g} retired)")
+    if pages is None:
+        return UNKNOWN, "retired page count not reported"
+    if pending is None:
+        return UNKNOWN, f"{pages:g} pages retired; whether a retirement is pending is not reported"
     return None
 
 

@@ -139,7 +139,7 @@ def _null_gpu(index: int, uuid: str | None, name: str | None) -> dict:
     return {
         "index": index, "uuid": uuid, "name": name, "lost": False,
         **dict.fromkeys(GPU_METRIC_NAMES + OPTIONAL_GPU_METRIC_NAMES + OPTIONAL_GPU_FLAGS + OPTIONAL_GPU_TEXTS),
-        "throttle": None, "xid": [], "processes": None,
+        "throttle": None, "xid": None, "processes": None,
     }
 
 
@@ -422,11 +422,12 @@ class _Gpu:
         readable = [count for count in counts if count is not None]
         return len(up), sum(readable) if readable else None
 
-    def _xids(self) -> list[int]:
-        """Return the XID codes raised since the last read (the kernel log's "NVRM: Xid" lines)."""
-        codes: list[int] = []
+    def _xids(self) -> list[int] | None:
+        """Return the XID codes raised since the last read (the kernel log's "NVRM: Xid" lines), or
+        None where the GPU delivers no XID events: the xid check is then unknown, not a pass."""
         if self._events is None:
-            return codes
+            return None
+        codes: list[int] = []
         with contextlib.suppress(GpuLost):  # a lost GPU still delivers the XID that announced it
             for _ in range(MAX_XIDS_PER_READ):
                 event = nvml_query(pynvml.nvmlEventSetWait, self._events, 0)

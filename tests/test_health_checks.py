@@ -67,6 +67,13 @@ def test_a_lower_pcie_generation_warns_only_while_the_gpu_is_busy():
         ("pcie_link", 0, "warn", "x16 of x16 lanes, Gen3 of Gen5 while busy (10 %)")]
 
 
+def test_a_full_width_link_whose_generation_is_not_reported_is_unknown_and_a_narrow_one_still_fails():
+    assert findings(HealthChecks(), one_gpu(pcie_gen=None)) == [
+        ("pcie_link", 0, "unknown", "x16 of x16 lanes; PCIe link generation not reported")]
+    assert findings(HealthChecks(), one_gpu(pcie_gen_max=None, pcie_width=4)) == [
+        ("pcie_link", 0, "fail", "x4 of x16 lanes, generation not reported")]
+
+
 def test_a_null_reading_is_unknown_for_that_gpu_never_pass():
     entry = sample([gpu(0), gpu(1, pcie_width=None)])
     [(check, index, status, reason)] = findings(HealthChecks(), entry)
@@ -125,6 +132,10 @@ def test_retired_pages_are_checked_on_gpus_without_row_remapping_only():
         ("retired_pages", 0, "fail", "60 pages retired (the limit is 60)")]
     assert [f[:3] for f in findings(HealthChecks(), one_gpu(**no_remap))] == [
         ("row_remap", 0, "unknown"), ("retired_pages", 0, "unknown")]
+    assert [f[:3] for f in findings(HealthChecks(), one_gpu(**no_remap, retired_pending=False))] == [
+        ("retired_pages", 0, "unknown")]
+    assert [f[:3] for f in findings(HealthChecks(), one_gpu(**no_remap, retired_pages=3))] == [
+        ("retired_pages", 0, "unknown")]
 
 
 def test_ecc_off_or_a_pending_mode_change_warns():
