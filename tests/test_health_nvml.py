@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulse.health import CHECK_IDS, CLUSTER, CHECKS
+from gpulse.health import CHECK_IDS, CHECKS, CLUSTER
 from gpulse.schema import parse
 from tests import fake_nvml
 
