@@ -42,7 +42,8 @@ def test_a_healthy_stand_in_passes_every_check_it_can_read():
                                    "a row remap waits for a GPU reset (rows remapped: 1 for uncorrectable errors, "
                                    "2 for correctable)")),
     ({"remapped": "0:4:0:1"}, [], ("row_remap", 0, "fail",
-                                   "row remapping failed (rows remapped: 4 for uncorrectable errors, 0 for correctable)")),
+                                   "row remapping failed (rows remapped: 4 for uncorrectable errors, "
+                                   "0 for correctable)")),
     ({"unsupported": ["remap"], "retired": "40:21:0"}, [], ("retired_pages", 0, "fail",
                                                             "61 pages retired (the limit is 60)")),
     ({"ecc_mode": "1:0"}, [], ("ecc_mode", 0, "warn", "an ECC mode change waits for a reboot")),
