@@ -84,17 +84,17 @@ def pcie_link(gpu: dict, memory: GpuMemory, now: float) -> Result:
     if width is None or width_max is None:
         return _NO_PCIE
     gen, gen_max = gpu.get("pcie_gen"), gpu.get("pcie_gen_max")
-    narrow = width < width_max
-    if not narrow and (gen is None or gen_max is None):
-        return UNKNOWN, f"x{width:g} of x{width_max:g} lanes; PCIe link generation not reported"
-    slow = not narrow and gen < gen_max and _busy(gpu)
-    if not narrow and not slow:
-        return None
-    generation = "generation not reported" if gen is None or gen_max is None else f"Gen{gen:g} of Gen{gen_max:g}"
-    link = f"x{width:g} of x{width_max:g} lanes, {generation}"
-    if narrow:
+    lanes = f"x{width:g} of x{width_max:g} lanes"
+    if gen is None or gen_max is None:
+        if width < width_max:
+            return FAIL, f"{lanes}, generation not reported"
+        return UNKNOWN, f"{lanes}; PCIe link generation not reported"
+    link = f"{lanes}, Gen{gen:g} of Gen{gen_max:g}"
+    if width < width_max:
         return FAIL, link
-    return WARN, f"{link} while busy ({gpu['util']:g} %)"
+    if gen < gen_max and _busy(gpu):
+        return WARN, f"{link} while busy ({gpu['util']:g} %)"
+    return None
 
 
 _NO_REPLAY = _unreported("PCIe replay counter")
