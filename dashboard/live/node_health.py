@@ -62,6 +62,10 @@ def worst(findings: dict[FindingKey, Finding]) -> FindingKey | None:
     return min(findings, key=_order, default=None)
 
 
+def worst_first(findings: dict[FindingKey, Finding]) -> list[tuple[FindingKey, Finding]]:
+    return sorted(findings.items(), key=lambda item: _order(item[0]))
+
+
 def count_findings(keys) -> int:
     """How many findings are warn or fail (an unknown one says a check could not run, not a fault)."""
     return sum(1 for _, _, status in keys if status in (health.WARN, health.FAIL))
@@ -111,7 +115,7 @@ class NodeHealth:
             "findings": [
                 {"check": check, "gpu": gpu, "status": status, "reason": finding.reason,
                  "action": health.action(check, status), "since": finding.since}
-                for (check, gpu, status), finding in sorted(self.findings.items(), key=lambda item: _order(item[0]))
+                for (check, gpu, status), finding in worst_first(self.findings)
             ],
         }
 
@@ -169,6 +173,16 @@ def read_record(raw: bytes) -> dict:
             raise schema.MalformedSample("a finding's 'reason' is not a text")
         _number(finding.get("since"), "a finding's 'since'")
     return record
+
+
+def from_record(record: dict, down: bool = False) -> NodeHealth:
+    """The node's health as its entry in the hash says (read_record() checked it)."""
+    node = NodeHealth(verdict=record["verdict"], since=record.get("since"), checked=tuple(record["checked"]),
+                      down=down)
+    for finding in record["findings"]:
+        key = (finding["check"], finding.get("gpu"), finding["status"])
+        node.findings[key] = Finding(finding["reason"], finding["since"])
+    return node
 
 
 class NodeHealthBook:
@@ -291,12 +305,7 @@ class NodeHealthBook:
         It is judged again at its next sample (or now, when it is down): judged before,
         its version_skew finding would be dropped until its versions are known again.
         """
-        node = self.nodes[name] = NodeHealth()
-        node.verdict, node.since = record["verdict"], record.get("since")
-        node.checked = tuple(record["checked"])
-        for finding in record["findings"]:
-            key = (finding["check"], finding.get("gpu"), finding["status"])
-            node.findings[key] = Finding(finding["reason"], finding["since"])
+        node = self.nodes[name] = from_record(record)
         if node.verdict != health.NO_VERDICT:
             # Until its next sample, judge it by what it last reported (version_skew is recomputed).
             node.reported = {key: finding.reason for key, finding in node.findings.items() if key[0] != SKEW}
