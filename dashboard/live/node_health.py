@@ -198,10 +198,7 @@ class NodeHealthBook:
 
     def update(self, name: str, sample: dict) -> None:
         """Take the node's newest sample: note what changed for the next tick()."""
-        node = self.nodes.get(name)
-        if node is None:
-            node = self.nodes[name] = NodeHealth()
-            self.dirty.add(name)
+        node = self.nodes.get(name) or self.track(name)
         report = sample.get("health")
         if report is None:
             reported, checked = None, ()
@@ -218,6 +215,12 @@ class NodeHealthBook:
             self._count(versions, 1)
             node.versions = versions
             self.dirty.add(name)
+
+    def track(self, name: str) -> NodeHealth:
+        """Start a node with nothing known of its health: judged at the next tick."""
+        node = self.nodes[name] = NodeHealth()
+        self.dirty.add(name)
+        return node
 
     def _count(self, versions: tuple | None, step: int) -> None:
         if versions is None:
@@ -295,7 +298,8 @@ class NodeHealthBook:
         if verdict != node.verdict or node.since is None:
             old = node.verdict
             node.verdict, node.since = verdict, now
-            self.changes.append(HealthChange(name, now, old, verdict, node.summary()["reason"]))
+            if verdict != old:  # a node first judged "unknown" changed nothing worth a row
+                self.changes.append(HealthChange(name, now, old, verdict, node.summary()["reason"]))
             changed = True
         return changed
 
