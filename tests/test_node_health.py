@@ -100,6 +100,15 @@ def test_a_node_first_seen_without_health_is_unknown_without_a_verdict_change():
     assert book.nodes["quiet"].since == 100.0 and book.take_changes() == []
 
 
+def test_a_node_without_health_that_goes_down_says_so():
+    book = NodeHealthBook()
+    book.update("quiet", sample("quiet"))
+    book.tick(100.0, up("quiet"), [])
+    assert book.nodes["quiet"].frame_entry()["reason"] == "its source runs no health checks"
+    assert book.tick(110.0, up("quiet", status=DOWN), ["quiet"]) == ["quiet"]
+    assert book.nodes["quiet"].frame_entry()["reason"] == "node down: nothing current is known of its health"
+
+
 def test_a_node_without_health_or_down_has_no_verdict():
     book = NodeHealthBook()
     book.update("quiet", sample("quiet"))
