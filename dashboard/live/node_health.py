@@ -242,11 +242,13 @@ class NodeHealthBook:
     def _majorities(self) -> tuple:
         majority: list[tuple | None] = []
         for counter in self.versions:
-            top = counter.most_common(2)
-            if not top or len(top) == 2 and top[0][1] == top[1][1]:
-                majority.append(None)  # nothing to compare, or a tie: no side is the odd one out
+            top, total = counter.most_common(1), counter.total()
+            # More than half the nodes, not merely the most: a fleet of several GPU models in
+            # like numbers (or a tie between two drivers) has no odd one out to flag.
+            if top and 2 * top[0][1] > total:
+                majority.append((top[0][0], top[0][1], total))
             else:
-                majority.append((top[0][0], top[0][1], counter.total()))
+                majority.append(None)
         return tuple(majority)
 
     def skew(self, versions: tuple | None) -> str:
