@@ -86,6 +86,13 @@ def test_verdicts_and_their_changes_are_recorded_with_the_reason():
     assert book.take_changes() == []
 
 
+def test_a_node_checks_reason_is_not_prefixed_with_a_gpu():
+    book = NodeHealthBook()
+    book.update("n1", with_health("n1", finding("gpu_count", health.FAIL, "GPU 3 missing: 7 of 8 on the bus", gpu=3)))
+    book.tick(100.0, up("n1"), [])
+    assert book.nodes["n1"].frame_entry()["reason"] == "GPU count: GPU 3 missing: 7 of 8 on the bus"
+
+
 def test_an_unknown_finding_alone_leaves_the_node_healthy():
     book = NodeHealthBook()
     book.update("n1", with_health("n1", finding("pcie_link", health.UNKNOWN, "not supported", gpu=0)))

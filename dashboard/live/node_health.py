@@ -48,8 +48,9 @@ class Finding:
 
 def finding_text(check_id: str, gpu: int | None, reason: str) -> str:
     """A finding as one line: "GPU 3 NVLink links: link 2 down, 17 up"."""
-    title = health.BY_ID[check_id].title
-    where = title if gpu is None else f"GPU {gpu} {title}"
+    check = health.BY_ID[check_id]
+    # A node check's reason names its GPUs itself (gpu_count: "GPU 3 missing: 7 of 8 on the bus").
+    where = check.title if gpu is None or check.scope != health.GPU else f"GPU {gpu} {check.title}"
     return f"{where}: {reason}" if reason else where
 
 
