@@ -109,8 +109,8 @@ def health_detail(metric: str, health) -> str:
     """node.health's reason and action, to end the alert's reason (and so the webhook's message)."""
     if metric != "node.health" or health is None:
         return ""
-    summary = health.summary()
-    reason = summary["reason"]
+    summary = health.frame_entry()  # built once per change, not per rule and tick
+    reason = summary.get("reason")
     if not reason:
         return ""
     if len(reason) > DETAIL_REASON:
