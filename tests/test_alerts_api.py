@@ -45,12 +45,21 @@ def test_it_creates_reads_updates_and_deletes_a_rule(operator):
 
 
 @pytest.mark.parametrize(
+    "metric", ["node.health", "gpu.pcie_degraded", "gpu.row_remap_pending", "gpu.nvlink_down", "ib.port_down"])
+def test_a_rule_can_watch_each_health_metric(operator, metric):
+    created = post(operator, "/api/v1/rules", {**RULE, "name": metric, "metric": metric, "threshold": 1})
+    assert created.status_code == 201 and Rule.objects.get(id=created.json()["id"]).metric == metric
+
+
+@pytest.mark.parametrize(
     "change, message",
     [
         ({"name": ""}, "name: This field is required."),
         ({"metric": "gpu.smell"}, "metric: Select a valid choice."),
         ({"metric": "gpu.throttle"}, "throttle_reason: gpu.throttle needs the throttle reason to watch"),
         ({"metric": "node.down", "gpu_index": 0}, "gpu_index: node.down is a node-level metric"),
+        ({"metric": "node.health", "gpu_index": 0}, "gpu_index: node.health is a node-level metric"),
+        ({"metric": "ib.port_down", "gpu_index": 0}, "gpu_index: ib.port_down is a node-level metric"),
         ({"comparison": "=~"}, "comparison: Select a valid choice."),
         ({"for_seconds": -1}, "for_seconds: Ensure this value is greater than or equal to 0."),
         ({"repeat_interval": 5}, "repeat_interval: at least 60 seconds"),
