@@ -2,8 +2,9 @@
 
 `celery -A dashboard.control_worker worker -Q control` starts, watches and
 records benchmark jobs; `celery -A dashboard.control_worker worker -Q webhooks`
-delivers webhooks, apart, so a slow receiver never delays a job. Both record
-through the models, hence Django first.
+delivers webhooks, apart, so a slow receiver never delays a job, and
+`-Q scheduler` drains and resumes Slurm nodes (only where GPULSE_SLURM_DRAIN
+is on). All record through the models, hence Django first.
 Each control worker process runs the benchmark reaper
 (dashboard/benchmarks/reaper.py) while it runs.
 """
@@ -22,7 +23,7 @@ from dashboard.benchmarks.reaper import Reaper  # noqa: E402
 from workers.celery_app import app  # noqa: E402
 
 app.conf.broker_url = settings.REDIS_URL
-app.autodiscover_tasks(["dashboard.alerts", "dashboard.benchmarks"], related_name="tasks")
+app.autodiscover_tasks(["dashboard.alerts", "dashboard.benchmarks", "dashboard.scheduler"], related_name="tasks")
 
 __all__ = ["app"]
 

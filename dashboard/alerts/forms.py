@@ -36,6 +36,8 @@ class RuleForm(forms.ModelForm):
             "severity",
             "enabled",
             "repeat_interval",
+            "drain",
+            "resume_after",
         ]
 
     def clean_threshold(self):
