@@ -81,7 +81,9 @@ def _run(*args: str) -> str:
         hint = ""
         if "Invalid node name" in said or re.search(r"Node \S+ not found", said):
             raise SlurmError(f"Slurm has no node of that name: scontrol said {said!r}", permanent=True)
-        if "Access/permission denied" in said or "Invalid user" in said:
+        if "Unable to contact slurm controller" in said:
+            hint = " (is slurmctld running, and does SLURM_CONF name the right cluster?)"
+        elif "Access/permission denied" in said or "Invalid user" in said:
             hint = " (gpulse's user must be SlurmUser, root or a Slurm operator: see docs/deploy-slurm.md)"
         raise SlurmError(f"scontrol exited {done.returncode}: {said}{hint}")
     return done.stdout
