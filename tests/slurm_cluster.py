@@ -48,7 +48,8 @@ class SlurmCluster:
     def _spawn(self, name: str, binary: str, *args: str) -> None:
         log = open(self.dir / f"{name}.out", "wb")
         self.processes[name] = subprocess.Popen(
-            [_binary(binary) or binary, *args], cwd=self.dir, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            [_binary(binary) or binary, *args],
+            cwd=self.dir, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
     def _write_conf(self) -> None:
@@ -116,7 +117,8 @@ PartitionName=test Nodes={self.node} Default=YES State=UP
             time.sleep(0.1)
 
     def scontrol(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([_binary("scontrol") or "scontrol", *args], env=self.env(), capture_output=True, text=True, timeout=30)
+        command = [_binary("scontrol") or "scontrol", *args]
+        return subprocess.run(command, env=self.env(), capture_output=True, text=True, timeout=30)
 
     def show(self) -> dict:
         """Return the node's fields as `scontrol show node -o` prints them (Reason: the rest of the line)."""
