@@ -1,16 +1,21 @@
 """Drain rules end to end: evaluate() → drain record → real Celery scheduler worker → real scontrol → real slurmctld."""
 
+import os
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from dashboard.accounts.models import AuditEvent
 from dashboard.alerts.evaluate import AlertEvaluator
-from dashboard.alerts.models import Rule
-from dashboard.scheduler import tasks
+from dashboard.alerts.models import Alert, Rule
+from dashboard.scheduler import hooks, sweeper, tasks
 from dashboard.scheduler.models import DrainRecord
+from tests.celery_workers import database_url_of_tests, spawn_worker, stop_workers, wait_ready
 from tests.slurm_cluster import NODE
 from tests.test_alerts_evaluate import hot
+from workers.celery_app import SCHEDULER_QUEUE
 
 # The worker threads use their own database connections: tests must commit.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -218,3 +223,49 @@ def test_a_rule_without_drain_never_drains(drain_on, drain_rule):
     Rule.objects.filter(pk=drain_rule.pk).update(drain=False)
     fire(AlertEvaluator(enqueue=lambda ids: None))
     assert not DrainRecord.objects.exists()
+
+
+def test_the_sweeper_queues_a_drain_whose_message_was_lost(
+    drain_on, drain_rule, slurm_cluster, scheduler_worker, monkeypatch
+):
+    # The drain message, lost: the broker was away when the alert fired.
+    monkeypatch.setattr(hooks, "enqueue", lambda drain_ids, resumes: None)
+    fire(AlertEvaluator(enqueue=lambda ids: None))
+    assert record_state() == ["pending"]
+    assert sweeper.sweep() == (0, 0)  # not idle long enough: a retry may still be coming
+    DrainRecord.objects.update(updated=timezone.now() - sweeper.idle_after() - timedelta(seconds=1))
+    assert sweeper.sweep() == (1, 0)
+    wait_for(record_state, lambda s: s == ["drained"])
+    assert "DRAIN" in slurm_cluster.show()["State"].split("+")
+
+
+def test_the_sweeper_resumes_a_node_whose_resume_look_was_lost(
+    drain_on, drain_rule, slurm_cluster, scheduler_worker, monkeypatch
+):
+    evaluator = AlertEvaluator(enqueue=lambda ids: None)
+    fire(evaluator)
+    wait_for(record_state, lambda s: s == ["drained"])
+    monkeypatch.setattr(hooks, "enqueue", lambda drain_ids, resumes: None)  # the resume look, lost
+    resolve(evaluator)
+    time.sleep(drain_rule.resume_after + 1)
+    assert record_state() == ["drained"]
+    long_ago = timezone.now() - sweeper.idle_after() - timedelta(seconds=1)
+    DrainRecord.objects.update(updated=long_ago, drained_at=long_ago)
+    Alert.objects.update(resolved_at=long_ago)
+    assert sweeper.sweep() == (0, 1)
+    wait_for(record_state, lambda s: s == ["resumed"])
+    assert "DRAIN" not in slurm_cluster.show()["State"].split("+")
+
+
+def test_the_scheduler_worker_process_runs_the_sweeper(drain_on, redis_client, tmp_path):
+    log = tmp_path / "scheduler.log"
+    process = spawn_worker(
+        ["dashboard.control_worker", "worker", "-Q", SCHEDULER_QUEUE, "-n", "scheduler@test", "--pool", "threads"],
+        log, {"REDIS_URL": os.environ["REDIS_URL"], "DATABASE_URL": database_url_of_tests(),
+              "GPULSE_SLURM_DRAIN": "true"},
+    )
+    try:
+        wait_ready(process, log, time.monotonic() + 60)
+        wait_for(log.read_text, lambda text: "drain sweeper started" in text, timeout=10)
+    finally:
+        stop_workers([process])

@@ -108,7 +108,7 @@ def schedule_resume(node: str, countdown: float = 0.0, number: int = 1, **option
     resume.apply_async((node, number), countdown=max(0.0, min(countdown, MAX_WAIT)), **options)
 
 
-def _resume_due(node: str, records: list[DrainRecord]):
+def resume_due(node: str, records: list[DrainRecord]):
     """Return when the node may be resumed, or None while a drain rule still fires on it."""
     alerts = [r.alert_id for r in records if r.alert_id is not None]
     if Alert.objects.filter(Q(id__in=alerts) | Q(rule__drain=True, rule__enabled=True), node=node,
@@ -130,7 +130,7 @@ def resume(node: str, number: int = 1) -> str:
     records = list(DrainRecord.objects.select_related("rule").filter(node=node, state=DrainRecord.DRAINED))
     if not records:
         return "nothing drained"
-    due = _resume_due(node, records)
+    due = resume_due(node, records)
     if due is None:
         return "still firing"
     left = (due - timezone.now()).total_seconds()
