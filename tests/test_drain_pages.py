@@ -73,3 +73,12 @@ def test_the_node_page_lists_the_nodes_drains_escaped(viewer, node_in_redis):
 def test_a_node_gpulse_never_drained_says_so(viewer, node_in_redis):
     page = viewer.get("/nodes/gpu-07/").content.decode()
     assert "gpulse has not drained this node." in page
+
+
+def test_a_rule_from_the_page_without_resume_after_keeps_the_default(admin):
+    response = admin.post("/alerts/rules/", {"name": "drains", "metric": "gpu.temp", "comparison": ">",
+                                             "threshold": "85", "for_seconds": "0", "severity": "info",
+                                             "enabled": "on", "repeat_interval": "3600", "drain": "on"})
+    assert response.status_code == 302
+    rule = Rule.objects.get(name="drains")
+    assert (rule.drain, rule.resume_after) == (True, DEFAULT_RESUME_AFTER)
