@@ -5,12 +5,9 @@ from django.views.decorators.http import require_GET
 
 from dashboard.live.cluster import read_node
 from dashboard.live.health import health
-from dashboard.scheduler.models import DrainRecord
 
 HEATMAP_METRICS = (("util", "Utilization %"), ("temp", "Temperature °C"), ("power", "Power W"), ("mem", "Memory %"))
 HISTORY_RANGES = (("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"), ("7d", "7 days"))
-# Drain records the node page lists, newest first.
-DRAINS_SHOWN = 20
 
 
 @require_GET
@@ -23,8 +20,7 @@ def node_detail(request, name):
     node = read_node(name)
     if node is None:
         raise Http404(f"gpulse has no data for a node named {name!r}")
-    drains = DrainRecord.objects.filter(node=name)[:DRAINS_SHOWN]
-    return render(request, "live/node.html", {"node": node, "ranges": HISTORY_RANGES, "drains": drains})
+    return render(request, "live/node.html", {"node": node, "ranges": HISTORY_RANGES})
 
 
 @login_not_required
