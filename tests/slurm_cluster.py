@@ -28,6 +28,10 @@ def _binary(name: str) -> str | None:
     return shutil.which(name, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/usr/bin")
 
 
+def slurm_binaries_missing() -> list[str]:
+    return [name for name in BINARIES if _binary(name) is None]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -154,8 +158,7 @@ PartitionName=test Nodes={self.node} Default=YES State=UP
 @pytest.fixture
 def slurm_cluster(tmp_path_factory, monkeypatch):
     """A running one-node Slurm cluster, SLURM_CONF pointing at it for the test."""
-    missing = [name for name in BINARIES if _binary(name) is None]
-    if missing:
+    if missing := slurm_binaries_missing():
         pytest.skip(f"Slurm is not installed (missing {', '.join(missing)}): run `make slurm` (as root)")
     # A short path: the munge socket's path must fit in a sockaddr_un (108 bytes).
     directory = Path(tmp_path_factory.mktemp("slurm", numbered=True))
