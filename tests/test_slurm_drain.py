@@ -120,6 +120,17 @@ def test_a_node_a_person_drained_again_after_gpulse_is_not_resumed(
     assert audit_actions() == ["node.drain", "node.resume_skipped"]
 
 
+def test_a_node_a_person_resumed_by_hand_is_left_alone(drain_on, drain_rule, slurm_cluster, scheduler_worker):
+    evaluator = AlertEvaluator(enqueue=lambda ids: None)
+    fire(evaluator)
+    wait_for(record_state, lambda s: s == ["drained"])
+    assert slurm_cluster.scontrol("update", f"NodeName={NODE}", "State=RESUME").returncode == 0
+    resolve(evaluator)
+    wait_for(record_state, lambda s: s == ["skipped_by_person"])
+    assert "a person already resumed it" in DrainRecord.objects.get().error
+    assert audit_actions() == ["node.drain", "node.resume_skipped"]
+
+
 def test_a_drain_rule_firing_again_before_resume_after_keeps_the_node_drained(
     drain_on, drain_rule, slurm_cluster, scheduler_worker
 ):

@@ -15,7 +15,7 @@ again, with their own reason), is left as it is.
 import logging
 import random
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import F, Max, Q
@@ -68,7 +68,8 @@ def drain(record_id: int) -> str:
         node = slurm.show_node(record.node)
         if node.drained and not node.drained_by_gpulse:
             _finish(record, DrainRecord.SKIPPED_BY_PERSON,
-                    f"already drained by a person (Slurm reason {node.reason!r}): gpulse left it as it was")
+                    f"already drained outside gpulse, by a person or Slurm (Slurm reason {node.reason!r}): "
+                    "gpulse left it as it was")
             _record_audit("node.drain_skipped", record, slurm_reason=node.reason)
             return record.state
         slurm.drain(record.node, record.reason)
@@ -108,7 +109,7 @@ def schedule_resume(node: str, countdown: float = 0.0, number: int = 1, **option
     resume.apply_async((node, number), countdown=max(0.0, min(countdown, MAX_WAIT)), **options)
 
 
-def resume_due(node: str, records: list[DrainRecord]):
+def resume_due(node: str, records: list[DrainRecord]) -> datetime | None:
     """Return when the node may be resumed, or None while a drain rule still fires on it."""
     alerts = [r.alert_id for r in records if r.alert_id is not None]
     if Alert.objects.filter(Q(id__in=alerts) | Q(rule__drain=True, rule__enabled=True), node=node,
