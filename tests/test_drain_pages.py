@@ -82,3 +82,10 @@ def test_a_rule_from_the_page_without_resume_after_keeps_the_default(admin):
     assert response.status_code == 302
     rule = Rule.objects.get(name="drains")
     assert (rule.drain, rule.resume_after) == (True, DEFAULT_RESUME_AFTER)
+
+
+def test_the_rules_page_says_when_drain_is_off_on_this_server(operator, settings):
+    settings.GPULSE_SLURM_DRAIN = False
+    assert 'id="drain-off"' in operator.get("/alerts/rules/").content.decode()
+    settings.GPULSE_SLURM_DRAIN = True
+    assert 'id="drain-off"' not in operator.get("/alerts/rules/").content.decode()
