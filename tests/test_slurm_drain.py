@@ -85,6 +85,7 @@ def test_a_firing_drain_rule_drains_the_node_and_resumes_it_after_resume_after(
     assert audit_actions() == ["node.drain", "node.resume"]
     drained, resumed = AuditEvent.objects.filter(target=NODE).order_by("id")
     assert drained.detail["rule"] == "too hot" and drained.detail["reason"].startswith("gpulse: too hot")
+    assert (drained.username, drained.user, resumed.username) == ("gpulse", None, "gpulse")
     assert resumed.detail["record"] == record.pk
 
 

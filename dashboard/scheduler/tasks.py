@@ -30,6 +30,8 @@ from workers.celery_app import SCHEDULER_QUEUE, app
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 300.0
+# Who the audit log says drained or resumed a node.
+ACTOR = "gpulse"
 # Longest countdown a resume task waits before it looks again: far below the
 # broker's visibility timeout, so a long resume_after is never delivered twice.
 MAX_WAIT = 300.0
@@ -48,7 +50,7 @@ def _stale_claim() -> Q:
 
 
 def _record_audit(action: str, record: DrainRecord, **detail) -> None:
-    audit(None, action, record.node, rule=record.rule_name, record=record.pk, **detail)
+    audit(None, action, record.node, actor=ACTOR, rule=record.rule_name, record=record.pk, **detail)
 
 
 @app.task(name="gpulse.scheduler.drain", queue=SCHEDULER_QUEUE, ignore_result=True)
