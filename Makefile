@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint system-packages browser prometheus clean
+.PHONY: demo test lint system-packages browser prometheus slurm clean
 
 $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(PY) -m devtools.demo
 
 # The Debian packages the tests drive; each is installed only when missing.
-system-packages: browser prometheus
+system-packages: browser prometheus slurm
 
 # Playwright drives Debian's chromium: the browser downloads of `playwright
 # install` are not reachable from many clusters.
@@ -33,6 +33,15 @@ prometheus:
 	@test -x /usr/bin/prometheus -a -x /usr/bin/promtool || (apt-get update -qq \
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
 	  && if [ -d /run/systemd/system ]; then systemctl disable --now prometheus; fi)
+
+# A real slurmctld, slurmd and munged drain and resume nodes in the drain tests;
+# each test starts its own from a slurm.conf in a temporary directory. The
+# services the packages start under systemd are stopped and disabled.
+slurm:
+	@test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/scontrol -a -x /usr/sbin/munged \
+	  || (apt-get update -qq \
+	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge \
+	  && if [ -d /run/systemd/system ]; then systemctl disable --now slurmctld slurmd munge; fi)
 
 # PYTEST_ARGS narrows a run, e.g. PYTEST_ARGS='-m "not browser"' or a test file.
 test: $(STAMP) system-packages

@@ -2,10 +2,12 @@
 
 `celery -A dashboard.control_worker worker -Q control` starts, watches and
 records benchmark jobs; `celery -A dashboard.control_worker worker -Q webhooks`
-delivers webhooks, apart, so a slow receiver never delays a job. Both record
-through the models, hence Django first.
-Each control worker process runs the benchmark reaper
-(dashboard/benchmarks/reaper.py) while it runs.
+delivers webhooks, apart, so a slow receiver never delays a job, and
+`-Q scheduler` drains and resumes Slurm nodes (only where GPULSE_SLURM_DRAIN
+is on). All record through the models, hence Django first.
+Each worker process runs the benchmark reaper (dashboard/benchmarks/reaper.py)
+while it runs, and the scheduler worker the drain sweeper
+(dashboard/scheduler/sweeper.py).
 """
 
 import os
@@ -15,25 +17,39 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django.setup()
 
+import logging  # noqa: E402
+
 from celery.signals import worker_ready, worker_shutdown  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from dashboard.benchmarks.reaper import Reaper  # noqa: E402
-from workers.celery_app import app  # noqa: E402
+from dashboard.scheduler.sweeper import Sweeper  # noqa: E402
+from workers.celery_app import SCHEDULER_QUEUE, app  # noqa: E402
 
 app.conf.broker_url = settings.REDIS_URL
-app.autodiscover_tasks(["dashboard.alerts", "dashboard.benchmarks"], related_name="tasks")
+app.autodiscover_tasks(["dashboard.alerts", "dashboard.benchmarks", "dashboard.scheduler"], related_name="tasks")
 
 __all__ = ["app"]
 
+log = logging.getLogger(__name__)
+
 _reaper = Reaper()
+_sweeper = Sweeper()
+
+
+def consumes(consumer, queue: str) -> bool:
+    return any(q.name == queue for q in consumer.task_consumer.queues)
 
 
 @worker_ready.connect
-def start_reaper(**_) -> None:
+def start_reaper(sender, **_) -> None:
     _reaper.start()
+    if settings.GPULSE_SLURM_DRAIN and consumes(sender, SCHEDULER_QUEUE):
+        _sweeper.start()
+        log.info("drain sweeper started: every %g s", _sweeper.interval_s)
 
 
 @worker_shutdown.connect
 def stop_reaper(**_) -> None:
     _reaper.stop()
+    _sweeper.stop()

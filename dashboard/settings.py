@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "dashboard.live",
     "dashboard.benchmarks",
     "dashboard.alerts",
+    "dashboard.scheduler",
     "dashboard.simulator",
     "axes",
 ]
@@ -224,6 +225,15 @@ GPULSE_WEBHOOK_RETRY_BASE = env_float("GPULSE_WEBHOOK_RETRY_BASE", 2.0, minimum=
 # Attempts in flight to one endpoint at once, across every webhook worker: a
 # slow receiver holds at most this many worker threads.
 GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY = env_int("GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY", 2, minimum=1)
+# Slurm drain (alert rules with "drain"): off unless enabled; the scheduler
+# worker (celery -Q scheduler) runs scontrol, found at GPULSE_SCONTROL, each
+# call cut off after GPULSE_SCONTROL_TIMEOUT seconds. A failed call is tried
+# GPULSE_DRAIN_MAX_ATTEMPTS times, about RETRY_BASE × 2^(n-1) s apart.
+GPULSE_SLURM_DRAIN = env_bool("GPULSE_SLURM_DRAIN", False)
+GPULSE_SCONTROL = env_str("GPULSE_SCONTROL", "scontrol")
+GPULSE_SCONTROL_TIMEOUT = env_float("GPULSE_SCONTROL_TIMEOUT", 10.0, minimum=0.1, maximum=120.0)
+GPULSE_DRAIN_MAX_ATTEMPTS = env_int("GPULSE_DRAIN_MAX_ATTEMPTS", 5, minimum=1, maximum=20)
+GPULSE_DRAIN_RETRY_BASE = env_float("GPULSE_DRAIN_RETRY_BASE", 5.0, minimum=0.0)
 # The dashboard's public address, for links in notifications (Alertmanager's
 # externalURL); when set, the only origin whose pages may open a websocket.
 GPULSE_EXTERNAL_URL = env_str("GPULSE_EXTERNAL_URL", "")

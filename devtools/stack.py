@@ -1,8 +1,9 @@
 """Start and stop the whole system as child processes: the demo and the system tests.
 
 Redis (embedded unless REDIS_URL is given), the database migrations, the
-web server, ingest, the control and webhook workers, one benchmark worker for
-every simulated node and a simulated fleet — every process stopped again by stop().
+web server, ingest, the control and webhook workers (and the scheduler worker
+when GPULSE_SLURM_DRAIN is on), one benchmark worker for every simulated node
+and a simulated fleet — every process stopped again by stop().
 """
 
 import os
@@ -129,6 +130,14 @@ class Stack:
             "-Q", "webhooks", "-n", f"webhooks-{self.port}@%h", "--pool", "threads", "--concurrency", "8",
             "--without-gossip", "--without-mingle", "-l", "INFO",
         )
+        # The values dashboard/env.py env_bool reads as true (the settings refuse anything else).
+        if self.env.get("GPULSE_SLURM_DRAIN", "").lower() in ("true", "1", "yes"):
+            # scontrol calls, apart: a slurmctld that does not answer holds these threads only.
+            self.spawn(
+                "scheduler-worker", "control", py, "-m", "celery", "-A", "dashboard.control_worker", "worker",
+                "-Q", "scheduler", "-n", f"scheduler-{self.port}@%h", "--pool", "threads", "--concurrency", "2",
+                "--without-gossip", "--without-mingle", "-l", "INFO",
+            )
         if self.node_workers:
             nodes = sim_node_names(self.sim_nodes)
             # One Celery worker serves every simulated node, consuming each node's queue

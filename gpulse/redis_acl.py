@@ -13,11 +13,12 @@ another node's telemetry, a benchmark's results or a Celery task. Roles:
                      job events streams, its own job claims, the cancel flags and its
                      own heartbeat ``worker:<name>``
   ingest             the telemetry consumer group, node state it derives,
-                     the channel layer, Celery producer on the webhooks queue
+                     the channel layer, Celery producer on the webhooks and
+                     scheduler queues
   web                reads what the pages and the API show, the channel layer,
                      its cache, the simulator faults, websocket counts, job
                      cancel flags, Celery producer on the control queue
-  control            the control and webhook workers: the Celery broker, job
+  control            the control, webhook and scheduler workers: the Celery broker, job
                      keys, worker heartbeats, webhook leases, the channel layer
 
 The rules are written for Redis 6.2 (the embedded server; they hold on 7.x),
@@ -146,7 +147,7 @@ def simulated_nodeworker_user(prefix: str, name_prefix: str, db: int = 0) -> Acl
 def _producer_keys(p: str) -> tuple[str, ...]:
     # The control-host queues (a producer declares every queue of the app when
     # it sends), their priority lists (<queue>\x06\x16<n>) and binding sets.
-    return tuple(key for queue in ("control", "webhooks")
+    return tuple(key for queue in ("control", "webhooks", "scheduler")
                  for key in (f"~{p}celery:{queue}*", f"~{p}celery:_kombu.binding*.{queue}"))
 
 

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from workers.celery_app import CONTROL_QUEUE, WEBHOOK_QUEUE, app, node_queue
+from workers.celery_app import CONTROL_QUEUE, SCHEDULER_QUEUE, WEBHOOK_QUEUE, app, node_queue
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,6 +124,24 @@ def webhook_worker(django_db_setup, django_db_blocker):
     """The in-process webhook worker, started once per test module, its queue emptied first."""
     app.control.purge()
     with webhook_worker_running():
+        yield
+
+
+@contextmanager
+def scheduler_worker_running():
+    """The scheduler worker (drains and resumes Slurm nodes) in-process, on its own queue as in production."""
+    app.conf.broker_url = os.environ["REDIS_URL"]
+    import dashboard.scheduler.tasks  # noqa: F401  (registers the scheduler tasks)
+
+    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, queues=[SCHEDULER_QUEUE],
+                      loglevel="WARNING", shutdown_timeout=30):
+        yield
+
+
+@pytest.fixture
+def scheduler_worker(redis_client):
+    app.control.purge()
+    with scheduler_worker_running():
         yield
 
 

@@ -8,13 +8,14 @@ from tests import redis_session
 
 # Fixtures shared by several test modules: headless Chromium and the whole
 # running system (browser tests), Celery workers, webhook receivers, live
-# benchmark nodes.
+# benchmark nodes, a Slurm cluster.
 pytest_plugins = (
     "tests.browser",
     "tests.fixtures_system",
     "tests.celery_workers",
     "tests.webhook_receivers",
     "tests.benchmark_nodes",
+    "tests.slurm_cluster",
 )
 
 

@@ -3,6 +3,7 @@
 from workers.celery_app import (
     BENCHMARK_HARD_LIMIT,
     CONTROL_QUEUE,
+    SCHEDULER_QUEUE,
     VISIBILITY_TIMEOUT,
     WEBHOOK_QUEUE,
     app,
@@ -37,6 +38,14 @@ def test_webhook_tasks_have_their_own_queue_apart_from_benchmark_control():
     import dashboard.alerts.tasks  # noqa: F401
 
     assert WEBHOOK_QUEUE != CONTROL_QUEUE
-    assert {q.name for q in app.conf.task_queues} == {CONTROL_QUEUE, WEBHOOK_QUEUE}
+    assert {q.name for q in app.conf.task_queues} == {CONTROL_QUEUE, WEBHOOK_QUEUE, SCHEDULER_QUEUE}
     assert app.tasks["gpulse.alerts.dispatch"].queue == WEBHOOK_QUEUE
     assert app.tasks["gpulse.alerts.deliver"].queue == WEBHOOK_QUEUE
+
+
+def test_scontrol_tasks_have_their_own_queue_apart_from_webhooks_and_benchmarks():
+    import dashboard.scheduler.tasks  # noqa: F401
+
+    assert SCHEDULER_QUEUE not in (CONTROL_QUEUE, WEBHOOK_QUEUE)
+    assert app.tasks["gpulse.scheduler.drain"].queue == SCHEDULER_QUEUE
+    assert app.tasks["gpulse.scheduler.resume"].queue == SCHEDULER_QUEUE

@@ -17,7 +17,9 @@ SERVICES = COMPOSE["services"]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 CONTROL = ("web", "ingest", "control-worker", "webhooks")
 GPU_NODE = ("collector", "node-worker")
-LONG_RUNNING = ("redis", "postgres", *CONTROL, *GPU_NODE)
+# Control-host services started only under their profile.
+OPTIONAL = ("scheduler",)
+LONG_RUNNING = ("redis", "postgres", *CONTROL, *OPTIONAL, *GPU_NODE)
 # Compose interpolation, ${NAME...}; $${...} is escaped for the container's shell.
 INTERPOLATED = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)")
 SECRET_NAMES = re.compile(r"PASSWORD|SECRET|TOKEN|_URL$|AUTH")
@@ -33,7 +35,7 @@ def environment(service: str) -> dict:
 
 
 def test_every_service_is_there():
-    assert set(SERVICES) == {"redis", "postgres", "migrate", *CONTROL, *GPU_NODE}
+    assert set(SERVICES) == {"redis", "postgres", "migrate", *CONTROL, *OPTIONAL, *GPU_NODE}
 
 
 def test_redis_keeps_an_fsynced_aof_never_evicts_and_needs_a_password():
@@ -79,6 +81,11 @@ def test_the_processes_run_the_project_entry_points():
     assert command("ingest") == "python manage.py ingest"
     assert command("control-worker").startswith("celery -A dashboard.control_worker worker -Q control")
     assert command("webhooks").startswith("celery -A dashboard.control_worker worker -Q webhooks")
+    assert command("scheduler").startswith("celery -A dashboard.control_worker worker -Q scheduler")
+    # Started only where drain is wanted, from the control image with slurm-client added.
+    assert SERVICES["scheduler"]["profiles"] == ["slurm-drain"]
+    assert SERVICES["scheduler"]["build"]["dockerfile"] == "deploy/slurm/Dockerfile"
+    assert (ROOT / "deploy/slurm/Dockerfile").read_text().count("FROM gpulse:control\n") == 1
     assert '-Q "node.$$node"' in command("node-worker")
     assert 'node="$${GPULSE_NODE_NAME:-$$HOSTNAME}"' in command("node-worker")
     assert "celery -A workers.node_worker worker" in command("node-worker")
@@ -106,7 +113,7 @@ def test_migrations_run_once_before_the_control_processes_start():
     migrate = SERVICES["migrate"]
     assert "manage.py migrate --noinput" in command("migrate") and migrate["restart"] == "no"
     assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
-    for service in CONTROL:
+    for service in (*CONTROL, *OPTIONAL):
         depends = SERVICES[service]["depends_on"]
         assert depends["migrate"]["condition"] == "service_completed_successfully"
         assert depends["redis"]["condition"] == "service_healthy"

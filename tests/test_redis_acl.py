@@ -27,7 +27,7 @@ from tests.celery_workers import NodeWorkers
 from tests.samples import sample
 from workers import job_events
 from workers.allreduce import SweepSpec
-from workers.celery_app import CONTROL_QUEUE, WEBHOOK_QUEUE, app, node_queue
+from workers.celery_app import CONTROL_QUEUE, SCHEDULER_QUEUE, WEBHOOK_QUEUE, app, node_queue
 
 KEYS = Keys()
 P = KEYS.prefix
@@ -224,8 +224,9 @@ def test_ingest_consumes_as_its_user_and_its_frames_reach_the_web_user(acl, sett
     assert received and received[0]["type"] == "cluster.frame" and "gpu-01" in received[0]["text"]
 
 
-def test_ingest_sends_notifications_to_the_webhooks_queue_and_the_web_launches_on_the_control_queue(acl):
+def test_ingest_sends_notifications_and_drains_to_their_queues_and_the_web_launches_on_the_control_queue(acl):
     for user, task, queue in (("ingest", "gpulse.alerts.dispatch", WEBHOOK_QUEUE),
+                              ("ingest", "gpulse.scheduler.drain", SCHEDULER_QUEUE),
                               ("web", "gpulse.benchmarks.start_job", CONTROL_QUEUE)):
         with app.connection_for_write(acl.url(user)) as connection:
             producer = app.amqp.Producer(connection)  # declares the queue, as .delay() does

@@ -1,7 +1,7 @@
 """The Celery application shared by node workers and the control worker.
 
 It imports nothing from Django: node workers on GPU nodes run tasks that touch
-no database. The control worker and the webhook worker (both
+no database. The control, webhook and scheduler workers (all
 dashboard/control_worker.py, on different queues) set Django up and register
 the database tasks on this same app.
 """
@@ -17,6 +17,9 @@ CONTROL_QUEUE = "control"
 # Webhook deliveries have their own queue and worker: a slow receiver never
 # delays a benchmark launch on the control queue.
 WEBHOOK_QUEUE = "webhooks"
+# scontrol calls (draining and resuming nodes) have theirs too: a slurmctld that
+# does not answer holds scheduler threads only, never ingest or a webhook.
+SCHEDULER_QUEUE = "scheduler"
 
 
 def node_queue(node: str) -> str:
@@ -32,7 +35,7 @@ BENCHMARK_HARD_LIMIT = 1800
 app = Celery("gpulse", broker=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
 app.conf.update(
     task_default_queue=CONTROL_QUEUE,
-    task_queues=[Queue(CONTROL_QUEUE), Queue(WEBHOOK_QUEUE)],
+    task_queues=[Queue(CONTROL_QUEUE), Queue(WEBHOOK_QUEUE), Queue(SCHEDULER_QUEUE)],
     task_acks_late=True,
     task_reject_on_worker_lost=False,
     worker_prefetch_multiplier=1,

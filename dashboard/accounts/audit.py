@@ -7,12 +7,15 @@ def client_ip(request) -> str | None:
     return request.META.get("REMOTE_ADDR") if request is not None else None
 
 
-def audit(request, action: str, target: str, **detail) -> AuditEvent:
-    """Write one audit row for the request's user; ``detail`` must be JSON-serialisable."""
+def audit(request, action: str, target: str, *, actor: str = "", **detail) -> AuditEvent:
+    """Write one audit row for the request's user, or for ``actor`` when gpulse itself acted
+    (no request: e.g. a drain); ``detail`` must be JSON-serialisable."""
     user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        user = None
     return AuditEvent.objects.create(
-        user=user if user is not None and user.is_authenticated else None,
-        username=user.get_username() if user is not None and user.is_authenticated else "",
+        user=user,
+        username=user.get_username() if user is not None else actor,
         action=action,
         target=target,
         detail=detail,

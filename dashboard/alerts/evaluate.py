@@ -5,7 +5,9 @@ Only targets that are pending or firing are kept in memory; the database is
 written only when one changes, in bulk, and every change is a compare-and-set
 on the Alert row (unique fingerprint): when two ingest processes evaluate the
 same cluster, one wins each transition and the other adopts the result, so
-each transition, and each notification, happens once.
+each transition, and each notification, happens once. A rule with "drain"
+also records a drain when it fires and queues a resume look when it resolves
+(dashboard/scheduler/hooks.py); scontrol runs on the scheduler worker.
 """
 
 import logging
@@ -20,6 +22,7 @@ from django.db.models import Q
 from dashboard.alerts.conditions import CompiledRule, health_detail, node_value
 from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition, fingerprint
 from dashboard.live.state import ClusterState
+from dashboard.scheduler import hooks as drain_hooks
 from gpulse.ratelog import RateLimitedLog
 from gpulse.status import UP
 
@@ -352,6 +355,8 @@ class AlertEvaluator:
             to_send = [row.id for row in rows if row.notify]
             if to_send:
                 transaction.on_commit(lambda: self._enqueue(to_send))
+            if drain_hooks.enabled():
+                self._drain_or_resume([(p, alert_id[p.key]) for p in winners])
         self._alert_ids.update(created)
         for p in winners:
             self._apply(p, alert_id[p.key], now)
@@ -359,6 +364,23 @@ class AlertEvaluator:
         if losers:
             self._adopt(losers)
         self._index_active()
+
+    def _drain_or_resume(self, changes: list[tuple[Proposal, int]]) -> None:
+        """Record a drain for each firing of a drain rule and queue it, and a resume look for each
+        resolution, once the transaction commits; the scheduler worker calls scontrol."""
+        fired: list[drain_hooks.Fired] = []
+        resumes: dict[str, float] = {}
+        for p, alert_id in changes:
+            compiled = self._rules.get(p.key[0])
+            rule = compiled.rule if compiled is not None else None
+            if p.change in ("fire", "fire_now") and rule is not None and rule.drain:
+                fired.append(drain_hooks.Fired(alert_id, rule, p.key[1], p.key[2], p.reason))
+            elif p.change == "resolve" and (rule is None or rule.drain):
+                # A rule that was disabled or deleted may have drained the node: look.
+                resumes[p.key[1]] = max(resumes.get(p.key[1], 0.0), drain_hooks.resume_after(rule))
+        drain_ids = drain_hooks.record_firings(fired)
+        if drain_ids or resumes:
+            transaction.on_commit(lambda: drain_hooks.enqueue(drain_ids, resumes))
 
     def _ensure_rows(self, keys: list[tuple], when: datetime) -> dict[tuple, int]:
         """Create the Alert rows ``keys`` lack (another evaluator may have made some); return their ids."""

@@ -8,7 +8,14 @@ from django import forms
 from django.utils import timezone
 
 from dashboard.alerts import outbound
-from dashboard.alerts.models import Rule, Silence, WebhookEndpoint, is_gpu_metric, validate_webhook_url
+from dashboard.alerts.models import (
+    DEFAULT_RESUME_AFTER,
+    Rule,
+    Silence,
+    WebhookEndpoint,
+    is_gpu_metric,
+    validate_webhook_url,
+)
 
 MAX_FOR_SECONDS = 7 * 24 * 3600
 NODE_GLOB = re.compile(r"^[A-Za-z0-9_.:\-*?\[\]!]*$")
@@ -36,7 +43,18 @@ class RuleForm(forms.ModelForm):
             "severity",
             "enabled",
             "repeat_interval",
+            "drain",
+            "resume_after",
         ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Only rules that drain use it: left empty, it keeps the default.
+        self.fields["resume_after"].required = False
+
+    def clean_resume_after(self):
+        value = self.cleaned_data["resume_after"]
+        return DEFAULT_RESUME_AFTER if value is None else value
 
     def clean_threshold(self):
         value = self.cleaned_data["threshold"]

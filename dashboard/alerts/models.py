@@ -13,6 +13,7 @@ import uuid
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 
 from gpulse.throttle import THROTTLE_REASONS
@@ -38,6 +39,9 @@ METRICS = (
 )
 COMPARISONS = (">", ">=", "<", "<=", "==", "!=")
 SEVERITIES = ("info", "warning", "critical")
+# Seconds a drained node's alert must stay resolved before gpulse resumes it.
+DEFAULT_RESUME_AFTER = 600
+MAX_RESUME_AFTER = 7 * 24 * 3600
 SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 
 INACTIVE, PENDING, FIRING, RESOLVED = "inactive", "pending", "firing", "resolved"
@@ -82,6 +86,16 @@ class Rule(models.Model):
     enabled = models.BooleanField(default=True)
     repeat_interval = models.PositiveIntegerField(
         default=4 * 3600, help_text="Seconds between repeated notifications while firing."
+    )
+    drain = models.BooleanField(
+        default=False,
+        help_text="Drain the node in Slurm while this fires (needs GPULSE_SLURM_DRAIN=true); "
+        "a GPU-level rule drains the GPU's node.",
+    )
+    resume_after = models.PositiveIntegerField(
+        default=DEFAULT_RESUME_AFTER,
+        validators=[MaxValueValidator(MAX_RESUME_AFTER)],
+        help_text="Seconds the alert must stay resolved before gpulse resumes a node it drained.",
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

@@ -1,5 +1,6 @@
 """HTML pages: alerts, rules, webhooks (with test-send and delivery log)."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -82,6 +83,13 @@ class RulePages(ModelPages):
     list_url = "alerts:rules"
     list_template, edit_template = "alerts/rules.html", "alerts/rule_edit.html"
     list_name, object_name = "rules", "rule"
+
+    def list_context(self) -> dict:
+        # A rule may ask for drain on a server where it is off: say so, or it looks like it drains.
+        return {"drain_enabled": settings.GPULSE_SLURM_DRAIN}
+
+    def edit_context(self, obj) -> dict:
+        return self.list_context()
 
 
 def _attempt_log(queryset):

@@ -7,21 +7,17 @@ already in Redis (all nodes reported: recorded; a failure: failed; past the
 deadline: timed out, naming the silent nodes).
 
 Every control worker process runs one reaper thread (started on Celery's
-`worker_ready`, see dashboard/control_worker.py). Not Celery beat: beat wants
-exactly one scheduler, so embedding it (`-B`) in two control workers would run
-two, and a separate beat service would be one more process to keep alive.
-Passes of several workers at once are harmless: every end is a
+`worker_ready`, see dashboard/control_worker.py; dashboard/periodic.py says
+why not Celery beat). Passes of several workers at once are harmless: every end is a
 compare-and-set, so two reapers cost two reads, never two results. The thread
 holds no pool slot, and it runs while any control worker does.
 """
 
 import logging
-import threading
-
-from django.db import close_old_connections, connections
 
 from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.tasks import settle
+from dashboard.periodic import PeriodicPass
 from workers.job_status import JobStatus
 
 log = logging.getLogger(__name__)
@@ -39,28 +35,6 @@ def reap() -> None:
             log.exception("benchmark job %s could not be settled", job.pk)
 
 
-class Reaper:
+class Reaper(PeriodicPass):
     def __init__(self, interval_s: float = INTERVAL_S):
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpulse-reaper", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.interval_s):
-                try:
-                    reap()
-                except Exception:  # the database or Redis away: the next pass tries again
-                    log.exception("benchmark reaper pass failed")
-                finally:
-                    close_old_connections()  # as after a request: drop a broken or expired connection
-        finally:
-            connections.close_all()  # this thread's own connections
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        super().__init__("benchmark reaper", reap, interval_s)

@@ -1,0 +1,43 @@
+"""A daemon thread that runs one database pass every few seconds inside a Celery worker.
+
+Not Celery beat: beat wants exactly one scheduler, so embedding it (`-B`) in
+two workers would run two, and a separate beat service would be one more
+process to keep alive. Passes must be safe to run in several workers at once.
+"""
+
+import logging
+import threading
+from collections.abc import Callable
+
+from django.db import close_old_connections, connections
+
+log = logging.getLogger(__name__)
+
+
+class PeriodicPass:
+    def __init__(self, name: str, work: Callable[[], object], interval_s: float):
+        self.name = name
+        self.work = work
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"gpulse-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                try:
+                    self.work()
+                except Exception:  # the database or Redis away: the next pass tries again
+                    log.exception("%s pass failed", self.name)
+                finally:
+                    close_old_connections()  # as after a request: drop a broken or expired connection
+        finally:
+            connections.close_all()  # this thread's own connections
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
