@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('alerts', '0005_rule_drain'),
+        ('alerts', '0006_rule_drain'),
     ]
 
     operations = [

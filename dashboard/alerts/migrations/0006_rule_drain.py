@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('alerts', '0004_clock_skew_rule'),
+        ('alerts', '0005_health_metrics'),
     ]
 
     operations = [
