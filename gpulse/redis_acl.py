@@ -167,8 +167,8 @@ def web_user(prefix: str) -> AclUser:
     _check_prefix(prefix)
     p = _pattern(prefix)
     keys = (f"~{p}node:*", f"~{p}nodes", f"~{p}health", f"~{p}recent:*", f"~{p}frame:snapshot",
-            f"~{p}ingest:heartbeat", f"~{p}probes", f"~{p}probes:*", f"~{p}job:*:events", f"~{p}job:*:cancel", f"~{p}simulator:faults",
-            f"~{p}cache:*", f"~{p}worker:*", f"~{p}websockets:*", *_producer_keys(p))
+            f"~{p}ingest:heartbeat", f"~{p}probes", f"~{p}probes:*", f"~{p}job:*:events", f"~{p}job:*:cancel",
+            f"~{p}simulator:faults", f"~{p}cache:*", f"~{p}worker:*", f"~{p}websockets:*", *_producer_keys(p))
     # Reads for the pages, the API and the job websocket; writes only through
     # the cache (Django's RedisCache), the faults hash, a cancelled job's flag and
     # final event, the per-user websocket sets and the producer.
