@@ -85,7 +85,7 @@ def test_the_overview_shows_every_gpu_and_its_numbers_change_live(admin_page, ru
     assert re.fullmatch(r"\d+ W|\d+\.\d kW", admin_page.text_content("#kpi-power"))
     assert re.fullmatch(r"\d+\.\d GiB", admin_page.text_content("#kpi-mem"))
     assert admin_page.text_content("#kpi-alerts").isdigit()
-    assert [len(row) for row in admin_page.evaluate(NODE_TABLE)] == [9] * running_system.nodes
+    assert [len(row) for row in admin_page.evaluate(NODE_TABLE)] == [10] * running_system.nodes
 
     before = admin_page.evaluate(DISPLAYED_NUMBERS)
     time.sleep(3)

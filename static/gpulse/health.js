@@ -1,0 +1,132 @@
+/* The /health/ page: every degraded or failing node, worst first, from the same
+ * frames as the overview (/ws/cluster/, kept by cluster.js), so a verdict change
+ * shows with the next frame. Built from DOM nodes and text only: reasons are the
+ * node's words.
+ */
+(function () {
+  "use strict";
+
+  const F = window.GpulseFormat;
+  const V = window.GpulseVerdict;
+  const AGES_EVERY_MS = 1000;
+
+  const els = {
+    counts: document.getElementById("health-counts"),
+    empty: document.getElementById("health-empty"),
+    table: document.getElementById("health-table"),
+    tbody: document.querySelector("#health-table tbody"),
+    conn: document.getElementById("conn-state"),
+    zone: document.getElementById("time-zone"),
+  };
+
+  let socket = null;
+  let renderQueued = false;
+  let haveFrame = false;
+
+  const model = window.GpulseCluster.create({
+    laidOut: function () {},
+    rowWritten: function () {},
+    resync: function () { if (socket) socket.reconnect(); },
+  });
+
+  function element(tag, className, text) {
+    const el = document.createElement(tag);
+    if (className) el.className = className;
+    if (text !== undefined) el.textContent = text;
+    return el;
+  }
+
+  /* The nodes to list and the count of each verdict. */
+  function collect() {
+    const counts = { failing: 0, degraded: 0, healthy: 0, unknown: 0 };
+    const listed = [];
+    for (let r = 0; r < model.names.length; r++) {
+      const health = model.rows.health[r];
+      counts[health.verdict] += 1;
+      if (health.verdict === "failing" || health.verdict === "degraded") listed.push({ name: model.names[r], health: health });
+    }
+    // Failing, then degraded; within each the longest-standing first (no since-time last).
+    listed.sort(function (a, b) {
+      const rank = V.RANK[a.health.verdict] - V.RANK[b.health.verdict];
+      if (rank) return rank;
+      const x = a.health.since, y = b.health.since;
+      if (x !== x || y !== y) return (x !== x) - (y !== y) || F.compareNames(a.name, b.name);
+      return x - y || F.compareNames(a.name, b.name);
+    });
+    return { counts: counts, listed: listed };
+  }
+
+  function sinceCell(since) {
+    const td = element("td", "num");
+    if (!F.isNum(since)) {
+      td.textContent = "—";
+      return td;
+    }
+    td.textContent = F.age(F.serverClock.now() - since) + " ago";
+    td.title = F.utcTime(since);
+    return td;
+  }
+
+  function row(item) {
+    const health = item.health;
+    const tr = element("tr", "health-" + health.verdict);
+    tr.dataset.node = item.name;
+    const link = element("a", "", item.name);
+    link.href = F.nodeUrl(item.name);
+    const nameCell = element("td");
+    nameCell.append(link);
+    const verdictCell = element("td");
+    verdictCell.append(V.badge(health));
+    tr.append(
+      nameCell,
+      verdictCell,
+      element("td", "health-reason", health.reason || "—"),
+      element("td", "health-action", health.action || "—"),
+      element("td", "num", String(health.findings)),
+      sinceCell(health.since)
+    );
+    return tr;
+  }
+
+  function render() {
+    renderQueued = false;
+    if (!haveFrame) return;
+    const found = collect();
+    const c = found.counts;
+    const total = model.names.length;
+    els.counts.textContent = c.failing + " failing, " + c.degraded + " degraded, " + c.healthy + " healthy, " + c.unknown + " unknown";
+    els.tbody.replaceChildren.apply(els.tbody, found.listed.map(row));
+    els.table.hidden = found.listed.length === 0;
+    els.empty.hidden = found.listed.length > 0;
+    if (!found.listed.length) {
+      els.empty.textContent = c.healthy === total
+        ? "All " + total + " nodes healthy"
+        : "No degraded or failing node; " + c.unknown + " of " + total + " unknown (down, or no health checks)";
+    }
+  }
+
+  function queueRender() {
+    if (!renderQueued) {
+      renderQueued = true;
+      requestAnimationFrame(render);
+    }
+  }
+
+  function onMessage(text) {
+    const frame = JSON.parse(text);
+    if (!model.apply(frame)) return;
+    F.serverClock.observe(frame.sent);
+    haveFrame = model.haveSnapshot;
+    queueRender();
+  }
+
+  els.zone.textContent = "times in " + F.zoneName();
+  setInterval(queueRender, AGES_EVERY_MS); // the since-ages keep counting between changes
+  socket = window.GpulseSocket.connect("/ws/cluster/", {
+    onMessage: onMessage,
+    onState: function (state, detail) {
+      if (state === "open") model.expectSnapshot();
+      window.GpulseSocket.showState(els.conn, state, detail);
+    },
+  });
+})();
