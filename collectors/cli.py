@@ -15,12 +15,14 @@ from collections.abc import Callable
 import redis
 
 from collectors.arguments import positive_float, positive_int
+from collectors.health_checks import HealthChecks
 from collectors.probe import ProbeRunner
 from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
 from collectors.simulated import SimulatedFleet, redis_fault_reader
 from collectors.sources import Identity, Source, SourceUnavailable
-from gpulse.faults import parse_fault, parse_target
+from gpulse.faults import SPELLINGS, parse_fault, parse_target
 from gpulse.keys import DEFAULT_REDIS_URL, Keys
+from gpulse.ratelog import RateLimitedLog
 
 log = logging.getLogger("gpulse.collector")
 
@@ -49,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="simulated node names are PREFIX01, PREFIX02, ...; give each of several simulated "
                              "collectors its own prefix so their nodes stay apart (default %(default)s)")
     parser.add_argument("--fault", action="append", default=[], metavar="NODE[/GPU]=FAULT",
-                        help="inject a fault into the simulated fleet: hot, xid[:CODE], ecc, lost, dead (repeatable)")
+                        help=f"inject a fault into the simulated fleet: {SPELLINGS} (repeatable)")
+    parser.add_argument("--expected-gpus", type=positive_int,
+                        help="GPUs each node should have: fewer fails the gpu_count health check "
+                             "(default: the count first seen)")
     parser.add_argument("--buffer-size", type=positive_int, default=DEFAULT_BUFFER_SIZE,
                         help="samples kept while Redis is unreachable (default %(default)s)")
     parser.add_argument("--probe-interval", type=float, default=600.0,
@@ -155,6 +160,21 @@ def dcgm_source(args: argparse.Namespace) -> Source:
     return DcgmSource(args.dcgm_url, args.interval, node_name=args.node_name)
 
 
+_health_errors = RateLimitedLog(log)
+
+
+def check_health(health: HealthChecks, samples: list[dict]) -> None:
+    """Annotate each sample with its health; a sample whose checks fail goes without (verdict unknown)."""
+    now = time.time()
+    for sample in samples:
+        try:
+            health.annotate(sample, now)
+        except Exception:  # a check's bug must not stop the node's telemetry
+            sample.pop("health", None)
+            _health_errors.warning("health checks of node %s failed; sent without health", sample.get("node"),
+                                   exc_info=True)
+
+
 def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopSignal,
         probe: ProbeRunner | None = None) -> int:
     publisher: StdoutPublisher | RedisPublisher
@@ -164,6 +184,8 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
         publisher = RedisPublisher(args.redis_url, Keys(), buffer_size=args.buffer_size)
     source: Source | None = None
     identity = Identity()
+    # Every sample of every source gets its health checked before it leaves the node.
+    health = HealthChecks(args.expected_gpus)
     retry_delay = 1.0
     # Deadlines sit on the wall clock's grid of whole intervals (as Telegraf's
     # round_interval does): NTP-synced nodes then sample together, so ingest
@@ -194,6 +216,7 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
             if retry_delay > 1.0:
                 log.info("%s source available again", args.source)
                 retry_delay = 1.0
+            check_health(health, samples)
             publisher.publish(identity.stamp(samples))
             if args.once:
                 if isinstance(publisher, RedisPublisher) and publisher.pending:

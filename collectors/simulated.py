@@ -28,8 +28,23 @@ A fault applies to one GPU ("<node>/<gpu>") or to every GPU of a node ("<node>")
   ``"lost": true`` and every reading null, and the job on it dies.
 - ``dead``: the whole node stops reporting (absent from samples), whatever
   GPU the target names.
+- ``pcie_degraded``: the GPU's PCIe link trained at x8 of its x16 lanes.
+- ``row_remap_pending``: a row was remapped for an uncorrectable error and the
+  remap waits for a GPU reset (``remap_pending`` true).
+- ``nvlink_down``: one of the GPU's NVLink links is down (``nvlink_links_up``
+  one short of ``nvlink_links``); nothing on a GPU without NVLink.
+- ``gpu_missing``: the GPU vanished from the bus: it is absent from the node's
+  list, as after a reboot that did not find it, and the job on it dies.
+- ``ib_down``: the node's last InfiniBand port is DOWN/Polling.
+- ``driver_skew``: the node runs another driver version than the fleet.
 - ``clear``: no fault. ``inject(node, None, "clear")`` clears the node and all
   of its GPUs.
+
+A healthy GPU reports every health reading (gpulse/schema.py): its model's PCIe
+generation at x16, no remapped rows, ECC and persistence on, all NVLink links
+up; every node reports the driver and CUDA version and four 400 Gb/s
+InfiniBand ports, mlx5_0/1 to mlx5_3/1. These are constant dicts, built again
+only when the faults change.
 
 Faults come from ``SimulatedFleet.inject()`` (the collector's ``--fault``) and
 from an optional ``fault_reader``, called once per sample(), that returns the
@@ -79,17 +94,20 @@ class GpuModel:
     nvlink_bw: float | None  # bytes/s per direction over all links; None: no NVLink
     has_fan: bool  # SXM modules and passive PCIe cards report no fan speed
     host_mem_total: int  # bytes of RAM in the typical server for this GPU
+    pcie_gen: int  # maximum PCIe generation (at x16)
+    nvlink_links: int  # 0: no NVLink
+    vbios: str
 
 
 MODELS = (
     GpuModel("NVIDIA H100 80GB HBM3", 81559 * MiB, 700.0, 70.0, 1980, 345, 2619, 72.0,
-             50e9, 450e9, False, 2048 * GiB),
+             50e9, 450e9, False, 2048 * GiB, 5, 18, "96.00.89.00.01"),
     GpuModel("NVIDIA A100-SXM4-80GB", 81920 * MiB, 400.0, 55.0, 1410, 210, 1593, 68.0,
-             25e9, 300e9, False, 1024 * GiB),
+             25e9, 300e9, False, 1024 * GiB, 4, 12, "92.00.45.00.03"),
     GpuModel("NVIDIA L40S", 46068 * MiB, 350.0, 35.0, 2520, 210, 9001, 74.0,
-             25e9, None, False, 512 * GiB),
+             25e9, None, False, 512 * GiB, 4, 0, "95.02.66.00.02"),
     GpuModel("NVIDIA RTX 6000 Ada Generation", 49140 * MiB, 300.0, 25.0, 2505, 210, 10001, 78.0,
-             25e9, None, True, 256 * GiB),
+             25e9, None, True, 256 * GiB, 4, 0, "95.02.5D.00.01"),
 )
 
 USERS = ("alice", "bob", "carol", "dmitri", "eun-ji", "farah", "gustavo", "hiro")
@@ -102,6 +120,11 @@ HOT_TAU = 15.0  # s: failed cooling heats fast enough to watch
 SW_THERMAL_TEMP = 85.0
 HW_THERMAL_TEMP = 90.0
 ECC_ERRORS_PER_SECOND = 0.1
+DRIVER = {"driver": "550.54.15", "cuda": "12.4"}
+SKEWED_DRIVER = {"driver": "535.183.01", "cuda": "12.2"}
+IB_PORTS = tuple(f"mlx5_{i}/1" for i in range(4))
+IB_RATE = 400  # Gb/s, NDR
+DEGRADED_PCIE_WIDTH = 8
 
 _THERMAL_HW_BITS = REASON_BITS["hw_thermal_slowdown"] | REASON_BITS["hw_slowdown"]
 _UUID_NAMESPACE = uuid.UUID("5f1c1a52-3a34-4c1b-9b87-6f0e2f61a7a1")
@@ -221,8 +244,12 @@ class SimulatedFleet:
         self._hot = np.zeros((n, g), dtype=bool)
         self._ecc = np.zeros((n, g), dtype=bool)
         self._lost = np.zeros((n, g), dtype=bool)
+        self._missing = np.zeros((n, g), dtype=bool)
         self._xid = np.zeros((n, g), dtype=np.int64)
         self._dead = np.zeros(n, dtype=bool)
+        self._health: list[list[dict | None]] = []  # built with the faults, by _build_health_readings
+        self._system: list[dict] = []
+        self._ib: list[list[dict]] = []
 
         self._last_t = self.clock()
         self._start_initial_jobs(self._last_t)
@@ -267,25 +294,51 @@ class SimulatedFleet:
         if fault_map == self._fault_map:
             return
         self._fault_map = fault_map
-        hot, ecc, lost = (np.zeros(self.shape, dtype=bool) for _ in range(3))
+        per_gpu = {name: np.zeros(self.shape, dtype=bool) for name in _GPU_FLAG_FAULTS}
+        per_node = {name: np.zeros(self.shape[0], dtype=bool) for name in ("dead", *_NODE_READING_FAULTS)}
         xid = np.zeros(self.shape, dtype=np.int64)
-        dead = np.zeros(self.shape[0], dtype=bool)
         for (node, gpu), fault in fault_map.items():
             i = self._node_index[node]
             where = (i, slice(None)) if gpu is None else (i, gpu)
             name, code = parse_fault(fault)
-            if name == "dead":
-                dead[i] = True
+            if name in per_node:
+                per_node[name][i] = True
             elif name == "xid":
                 xid[where] = code
             else:
-                {"hot": hot, "ecc": ecc, "lost": lost}[name][where] = True
+                per_gpu[name][where] = True
+        ecc, lost, missing = per_gpu["ecc"], per_gpu["lost"], per_gpu["gpu_missing"]
         self._ecc_count[self._ecc & ~ecc] = 0
         self._ecc_count[ecc & ~self._ecc] += 1
-        for slot in np.unique(self._gpu_slot[lost & ~self._lost]):
+        for slot in np.unique(self._gpu_slot[(lost | missing) & ~(self._lost | self._missing)]):
             if slot >= 0:
                 self._end_job(int(slot), now)
-        self._hot, self._ecc, self._lost, self._xid, self._dead = hot, ecc, lost, xid, dead
+        self._hot, self._ecc, self._lost, self._missing, self._xid = per_gpu["hot"], ecc, lost, missing, xid
+        self._dead = per_node["dead"]
+        self._build_health_readings(per_gpu, per_node)
+
+    def _build_health_readings(self, per_gpu: dict[str, np.ndarray], per_node: dict[str, np.ndarray]) -> None:
+        """Each GPU's health readings (None: missing from the bus) and each node's system and ib, as constants."""
+        healthy = {model: _healthy_readings(model) for model in MODELS}
+        ports = [{"port": port, "state": "ACTIVE", "phys_state": "LinkUp", "rate": IB_RATE,
+                  "symbol_error": 0, "link_downed": 0, "port_rcv_errors": 0} for port in IB_PORTS]
+        port_down = [*ports[:-1], {**ports[-1], "state": "DOWN", "phys_state": "Polling"}]
+        faulty = {name: per_gpu[name] for name in _READING_FAULTS}
+        self._health, self._system, self._ib = [], [], []
+        for i, model in enumerate(self.models):
+            readings: list[dict | None] = []
+            for j in range(self.shape[1]):
+                if per_gpu["gpu_missing"][i, j]:
+                    readings.append(None)
+                    continue
+                gpu = healthy[model]  # shared by every healthy GPU of the model: _render copies it
+                for name, where in faulty.items():
+                    if where[i, j]:
+                        gpu = {**gpu, **_READING_FAULTS[name](model)}
+                readings.append(gpu)
+            self._health.append(readings)
+            self._system.append(SKEWED_DRIVER if per_node["driver_skew"][i] else DRIVER)
+            self._ib.append(port_down if per_node["ib_down"][i] else ports)
 
     # ---- jobs -------------------------------------------------------------------
 
@@ -303,7 +356,7 @@ class SimulatedFleet:
 
     def _start_job(self, node: int, now: float) -> int | None:
         g = self.shape[1]
-        free = (self._gpu_slot[node] < 0) & ~self._lost[node]
+        free = (self._gpu_slot[node] < 0) & ~self._lost[node] & ~self._missing[node]
         # Aligned blocks, as a scheduler packs GPUs: whole node, halves, quarters, pairs, singles.
         choices = []
         for width in sorted({g, *(w for w in (4, 2, 1) if w < g)}, reverse=True):
@@ -344,7 +397,7 @@ class SimulatedFleet:
     def _schedule(self, now: float) -> None:
         for slot in np.flatnonzero(self._job_active & (self._job_end <= now)):
             self._end_job(int(slot), now)
-        has_free = ((self._gpu_slot < 0) & ~self._lost).any(axis=1)
+        has_free = ((self._gpu_slot < 0) & ~self._lost & ~self._missing).any(axis=1)
         for node in np.flatnonzero(has_free & (self._node_next_job <= now)):
             self._start_job(int(node), now)
             self._node_next_job[node] = now + self.rng.uniform(5, 120)
@@ -466,9 +519,13 @@ class SimulatedFleet:
             if model.nvlink_bw is None:
                 row[12] = row[13] = nulls
             gpus = []
+            health = self._health[i]
             for j, (gpu_uuid, util, mem_util, mem_used, temp, power, clock, fan, throttle, ecc, xid,
                     pcie_tx, pcie_rx, nvlink_tx, nvlink_rx, slot, lost) in enumerate(
                         zip(self._uuids[i], *row, strict=False)):
+                readings = health[j]
+                if readings is None:
+                    continue  # gpu_missing: gone from the bus
                 if lost:
                     gpus.append(_lost_gpu(j, gpu_uuid, name))
                     continue
@@ -484,11 +541,12 @@ class SimulatedFleet:
                     "mem_clock": mem_clock, "fan": fan, "throttle": list(_THROTTLE_NAMES[throttle]),
                     "ecc_uncorrected": ecc, "xid": [xid] if xid else [],
                     "pcie_tx": pcie_tx, "pcie_rx": pcie_rx, "nvlink_tx": nvlink_tx, "nvlink_rx": nvlink_rx,
-                    "processes": processes,
+                    "processes": processes, **readings,
                 })
             samples.append({
                 "v": SCHEMA_VERSION, "node": node, "ts": now, "interval": self.interval, "gpus": gpus,
                 "host": {"cpu_util": cpu_util[i], "mem_used": host_mem[i], "mem_total": model.host_mem_total},
+                "system": self._system[i], "ib": self._ib[i],
             })
         return samples
 
@@ -500,8 +558,35 @@ class SimulatedFleet:
 _COLUMNS = ("util", "mem_util", "mem_used", "temp", "power", "sm_clock", "fan", "throttle", "ecc", "xid",
             "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx", "slot", "lost")
 
+# Faults that set a flag per GPU; "xid" carries a code and the node faults set one per node.
+_GPU_FLAG_FAULTS = ("hot", "ecc", "lost", "gpu_missing", "pcie_degraded", "row_remap_pending", "nvlink_down")
+_NODE_READING_FAULTS = ("ib_down", "driver_skew")
+
+
+def _healthy_readings(model: GpuModel) -> dict:
+    """The health readings of a healthy GPU of ``model``, as NVML reports them."""
+    return {
+        "pcie_gen": model.pcie_gen, "pcie_gen_max": model.pcie_gen, "pcie_width": 16, "pcie_width_max": 16,
+        "pcie_replay": 0, "remapped_correctable": 0, "remapped_uncorrectable": 0,
+        "remap_pending": False, "remap_failure": False,
+        # GPUs with row remapping (all of MODELS) report no page retirement: nvidia-smi shows N/A.
+        "retired_pages": None, "retired_pending": None,
+        "ecc_enabled": True, "ecc_pending": False, "persistence": True, "mig_enabled": False, "mig_pending": False,
+        "nvlink_links": model.nvlink_links, "nvlink_links_up": model.nvlink_links,
+        "nvlink_errors": 0 if model.nvlink_links else None,
+        "vbios": model.vbios, "compute_mode": "Default",
+    }
+
+
 # Everything but identity is unknown once a GPU is off the bus.
-_READINGS = (*GPU_METRIC_NAMES, "throttle", "xid", "processes")
+_READINGS = (*GPU_METRIC_NAMES, "throttle", "xid", "processes", *_healthy_readings(MODELS[0]))
+
+# What each GPU fault that changes health readings changes.
+_READING_FAULTS = {
+    "pcie_degraded": lambda model: {"pcie_width": DEGRADED_PCIE_WIDTH},
+    "row_remap_pending": lambda model: {"remap_pending": True, "remapped_uncorrectable": 1},
+    "nvlink_down": lambda model: {"nvlink_links_up": model.nvlink_links - 1} if model.nvlink_links else {},
+}
 
 
 def _lost_gpu(index: int, gpu_uuid: str, name: str) -> dict:

@@ -6,9 +6,10 @@ The collector reads them from the Redis hash ``Keys().simulator_faults`` and
 the dashboard's simulator app writes them there.
 """
 
-FAULTS = ("hot", "xid", "ecc", "lost", "dead", "clear")
-# Faults that stop a whole node: the simulator page refuses them on one GPU.
-NODE_FAULTS = frozenset({"dead"})
+FAULTS = ("hot", "xid", "ecc", "lost", "dead", "pcie_degraded", "row_remap_pending", "nvlink_down", "gpu_missing",
+          "ib_down", "driver_skew", "clear")
+# Faults of a whole node (it stops, or a node reading changes): the simulator page refuses them on one GPU.
+NODE_FAULTS = frozenset({"dead", "ib_down", "driver_skew"})
 # "xid" alone: a double-bit ECC error.
 DEFAULT_XID = 48
 # Every accepted spelling, for help texts and error messages.

@@ -39,6 +39,14 @@ class Check:
     fail_action: str
 
 
+# The thresholds the rules below name; collectors/health_checks.py applies them.
+BUSY_UTIL = 10  # %: a GPU at or above it is busy (idle GPUs downtrain PCIe and clocks by design)
+PCIE_REPLAY_PER_MINUTE = 8
+NVLINK_ERRORS_PER_SECOND = 1
+RETIRED_PAGES_LIMIT = 60  # NVIDIA's dynamic page retirement guide: RMA at 60 retired pages
+XID_WINDOW = 15 * 60  # s a GPU's last Xid stays a finding
+IB_COUNTER_WINDOW = 5 * 60  # s an IB error counter's last rise stays a finding
+
 CHECKS = (
     Check("pcie_link", GPU, "PCIe link",
           "fail: link width below the maximum; warn: generation below the maximum while the GPU is busy "
@@ -84,8 +92,9 @@ CHECKS = (
           "Watch the link; check the fabric manager log",
           "Drain the node and reseat the NVLink bridge"),
     Check("xid", GPU, "Xid errors",
-          "by NVIDIA's Xid catalogue (gpulse/xid.py): application Xids warn, driver, memory, NVLink, "
-          "bus and GSP Xids fail, for 15 minutes after the last one",
+          "by NVIDIA's Xid catalogue (gpulse/xid.py): an Xid whose documented action is restarting the "
+          "application (or none) warns, one that needs a GPU reset, a reboot or a repair (driver, memory, "
+          "NVLink, bus, GSP) fails, for 15 minutes after the last one; an Xid not in the catalogue warns",
           "NVIDIA Xid Errors catalogue (docs.nvidia.com/deploy/xid-errors)",
           "Check the job's logs: this Xid is usually the application's",
           "Follow the Xid's action: drain the node, reset the GPU, reboot or replace"),
@@ -106,7 +115,7 @@ CHECKS = (
           "Drain the node: a GPU fell off the bus or was not found at boot; reboot, then reseat or replace"),
     Check("ib_port", NODE, "InfiniBand/RoCE ports",
           "fail: a port not ACTIVE/LinkUp; warn: a rate below the node's other ports, or symbol errors, "
-          "link downs or receive errors rising",
+          "link downs or receive errors rising (for 5 minutes after the last rise)",
           "/sys/class/infiniband/*/ports/*/{state,phys_state,rate,counters}; Node Problem Detector IB checks",
           "Check the cable and the switch port; ibstat shows the same",
           "Drain the node: multi-node NCCL jobs cannot use this port; reseat or replace the cable"),

@@ -80,6 +80,8 @@ OPTIONAL_GPU_METRICS = (
     Metric("retired_pages", "pages", "retired pages, single- and double-bit (retired_pages.sbe + .dbe)", 0, 2**32),
     Metric("nvlink_links", "links", "NVLink links the GPU has", 0, 64),
     Metric("nvlink_links_up", "links", "NVLink links that are up (nvidia-smi nvlink -s)", 0, 64),
+    Metric("nvlink_errors", "count",
+           "NVLink CRC flit, CRC data, replay and recovery errors over all links (nvidia-smi nvlink -e)", 0, 2**53),
 )
 OPTIONAL_GPU_METRIC_NAMES = tuple(m.name for m in OPTIONAL_GPU_METRICS)
 # Optional per-GPU true/false readings behind the health checks: null when not supported.

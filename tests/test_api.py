@@ -1,12 +1,17 @@
+import datetime as dt
 import time
 
+import orjson
 import pytest
 from django.core.management import call_command
 
-from dashboard.live.models import GpuRollup
+from dashboard.live.models import GpuRollup, HealthChange
+from dashboard.live.node_health import NodeHealthBook
 from gpulse import schema
+from gpulse.health import action
 from gpulse.keys import Keys
 from tests.samples import sample
+from tests.test_node_health import NVLINK_DOWN, finding, up, with_health
 
 pytestmark = pytest.mark.django_db
 
@@ -54,8 +59,6 @@ def test_node_api_returns_rollup_history_since(client, viewer_user, cluster):
     client.force_login(viewer_user)
     now = time.time()
     minute = int(now // 60) * 60 - 120
-    import datetime as dt
-
     GpuRollup.objects.create(
         node="n1", gpu=0, minute=dt.datetime.fromtimestamp(minute, dt.UTC), samples=60,
         util_min=10, util_mean=20, util_max=30,
@@ -103,3 +106,69 @@ def test_healthz_names_a_failing_part_without_its_error_text(client, monkeypatch
     assert response.json()["checks"]["redis"] == {"ok": False, "detail": "unreachable"}
     assert "Connection refused" not in response.content.decode()
     assert "Connection refused" in caplog.text  # the operator finds the error in the log
+
+
+@pytest.fixture
+def health_of_cluster(cluster):
+    """n1 failing with an NVLink link down (ingest's own record), n2 healthy; "dead" has no entry."""
+
+    book = NodeHealthBook()
+    book.update("n1", with_health("n1", NVLINK_DOWN, finding("pcie_link", "unknown", "not supported", gpu=0)))
+    book.update("n2", with_health("n2"))
+    book.tick(1_800_000_000.0, up("n1", "n2"), [])
+    for name in ("n1", "n2"):
+        cluster.hset(Keys().health, name, orjson.dumps(book.nodes[name].record()))
+    changes = (("unknown", "healthy", ""), ("healthy", "failing", "GPU 3 NVLink links: link 2 down, 17 up"))
+    for minute, (old, new, reason) in enumerate(changes):
+        at = dt.datetime.fromtimestamp(1_800_000_000 + 60 * minute, dt.UTC)
+        HealthChange.objects.create(node="n1", at=at, old=old, new=new, reason=reason)
+    return cluster
+
+
+def test_health_api_lists_every_nodes_verdict_worst_first(client, viewer_user, health_of_cluster):
+    client.force_login(viewer_user)
+    nodes = client.get("/api/v1/health").json()["nodes"]
+    assert [n["node"] for n in nodes] == ["n1", "dead", "n2"]
+    assert nodes[0] == {"node": "n1", "verdict": "failing", "reason": "GPU 3 NVLink links: link 2 down, 17 up",
+                        "action": action("nvlink_state", "fail"), "since": 1_800_000_000.0, "findings": 1}
+    assert nodes[1]["verdict"] == "unknown" and nodes[1]["reason"].startswith("node down")
+    assert nodes[2] == {"node": "n2", "verdict": "healthy", "reason": "", "action": "", "since": 1_800_000_000.0,
+                        "findings": 0}
+
+
+def test_node_health_api_lists_findings_passes_and_history_newest_first(client, viewer_user, health_of_cluster):
+    client.force_login(viewer_user)
+    body = client.get("/api/v1/nodes/n1/health").json()
+    assert (body["node"], body["verdict"], body["since"]) == ("n1", "failing", 1_800_000_000.0)
+    checks = {(c["id"], c["gpu"]): c for c in body["checks"]}
+    assert checks[("nvlink_state", 3)]["status"] == "fail" and checks[("nvlink_state", 3)]["since"] == 1_800_000_000.0
+    assert checks[("pcie_link", 0)]["status"] == "unknown" and checks[("pcie_link", 0)]["action"] == ""
+    assert checks[("row_remap", None)] == {"id": "row_remap", "gpu": None, "status": "pass", "reason": "",
+                                           "action": "", "since": None}
+    assert ("nvlink_state", None) not in checks  # it has a finding: no pass entry
+    assert body["history"] == [
+        {"at": 1_800_000_060.0, "from": "healthy", "to": "failing", "reason": "GPU 3 NVLink links: link 2 down, 17 up"},
+        {"at": 1_800_000_000.0, "from": "unknown", "to": "healthy", "reason": ""},
+    ]
+
+
+def test_node_health_api_answers_404_for_an_unknown_node_and_unknown_for_one_without_health(
+        client, viewer_user, health_of_cluster):
+    client.force_login(viewer_user)
+    missing = client.get("/api/v1/nodes/nope/health")
+    assert missing.status_code == 404 and missing.json() == {"error": "no node named 'nope'"}
+    dead = client.get("/api/v1/nodes/dead/health").json()
+    assert (dead["verdict"], dead["since"], dead["checks"], dead["history"]) == ("unknown", None, [], [])
+
+
+def test_health_apis_need_login(client, health_of_cluster):
+    for url in ("/api/v1/health", "/api/v1/nodes/n1/health"):
+        assert client.get(url).status_code == 401
+
+
+def test_a_malformed_health_entry_reads_as_no_verdict(client, viewer_user, health_of_cluster):
+    health_of_cluster.hset(Keys().health, "n2", b'{"verdict": "fine"}')
+    client.force_login(viewer_user)
+    nodes = {n["node"]: n for n in client.get("/api/v1/health").json()["nodes"]}
+    assert nodes["n2"]["verdict"] == "unknown"
+    assert client.get("/api/v1/nodes/n2/health").json()["verdict"] == "unknown"

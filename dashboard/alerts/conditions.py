@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dashboard.alerts.models import Rule, is_gpu_metric
-from gpulse.status import DOWN, STALE
+from gpulse.health import VERDICT_LEVEL
+from gpulse.status import DOWN, STALE, UP
 
 COMPARE = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne
@@ -62,14 +63,52 @@ GPU_READERS = {
 }
 
 
-def node_value(metric: str, node) -> int:
-    """Return 1 when the node (a dashboard.live.state.NodeState) is in the state node.down,
-    node.stale or node.clock_skew names, else 0."""
+# GPU-level health metrics: 1 while the GPU has a warn or fail finding of this check
+# (dashboard.live.node_health), 0 when it has none, no verdict while the node sends no health.
+HEALTH_GPU_CHECKS = {
+    "gpu.pcie_degraded": "pcie_link",
+    "gpu.row_remap_pending": "row_remap",
+    "gpu.nvlink_down": "nvlink_state",
+}
+IB_PORT_UP = ("ACTIVE", "LinkUp")
+
+
+def _ib_ports_down(sample: dict) -> int | None:
+    ports = sample.get("ib")
+    if ports is None:
+        return None
+    return sum(1 for port in ports if (port.get("state"), port.get("phys_state")) != IB_PORT_UP)
+
+
+def node_value(metric: str, node, health=None) -> int | None:
+    """Return the node-level metric's value for the node (a dashboard.live.state.NodeState).
+
+    node.down, node.stale, node.clock_skew: 1 when the node is in that state, else 0.
+    node.health: its verdict's level (0 healthy, 1 degraded, 2 failing) from ``health``
+    (its dashboard.live.node_health.NodeHealth), None without a verdict (down, no checks).
+    ib.port_down: how many of its InfiniBand/RoCE ports are not ACTIVE/LinkUp, None when
+    it reports no ports or is not up (its last sample is not current).
+    """
+    if metric == "node.health":
+        return None if health is None else VERDICT_LEVEL.get(health.verdict)
+    if metric == "ib.port_down":
+        return _ib_ports_down(node.sample) if node.status == UP else None
     if metric == "node.down":
         return 1 if node.status == DOWN else 0
     if metric == "node.clock_skew":
         return 0 if node.skew is None else 1
     return 1 if node.status in (STALE, DOWN) else 0
+
+
+def health_detail(metric: str, health) -> str:
+    """node.health's reason and action, to end the alert's reason (and so the webhook's message)."""
+    if metric != "node.health" or health is None:
+        return ""
+    summary = health.summary()
+    if not summary["reason"]:
+        return ""
+    action = f"; action: {summary['action']}" if summary["action"] else ""
+    return f": {summary['reason']}{action}"
 
 
 @dataclass(frozen=True)
@@ -83,6 +122,7 @@ class CompiledRule:
     repeat_interval: float
     severity: str
     read: Callable | None  # GPU-level rules: sample GPU dict → value or None
+    health_check: str | None  # GPU-level health metrics: the check whose findings they count
     test: Callable  # value → bool
     rule: Rule
 
@@ -104,6 +144,7 @@ class CompiledRule:
             repeat_interval=float(rule.repeat_interval),
             severity=rule.severity,
             read=read if gpu_level else None,
+            health_check=HEALTH_GPU_CHECKS.get(rule.metric),
             test=lambda value: compare(value, threshold),
             rule=rule,
         )

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Q
 
-from dashboard.alerts.conditions import CompiledRule, node_value
+from dashboard.alerts.conditions import CompiledRule, health_detail, node_value
 from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition, fingerprint
 from dashboard.live.state import ClusterState
 from gpulse.ratelog import RateLimitedLog
@@ -114,12 +114,17 @@ class AlertEvaluator:
 
     # -- public -------------------------------------------------------------
 
-    def evaluate(self, state: ClusterState, now: float | None = None, probes: dict | None = None) -> None:
-        """Evaluate every enabled rule against ``state``; log and carry on on any error."""
+    def evaluate(self, state: ClusterState, now: float | None = None, probes: dict | None = None,
+                 health: dict | None = None) -> None:
+        """Evaluate every enabled rule against ``state``; log and carry on on any error.
+
+        ``probes``: node -> its latest busbw; ``health``: node -> its NodeHealth
+        (dashboard.live.node_health), which the health metrics read.
+        """
         now = self.clock() if now is None else now
         try:
             orphans = self._reload_if_due(now)
-            proposals = self._propose(state, now, probes or {})
+            proposals = self._propose(state, now, probes or {}, health or {})
             proposals.update(orphans)
             if proposals:
                 self._commit_isolated(list(proposals.values()), now)
@@ -196,18 +201,18 @@ class AlertEvaluator:
 
     # -- evaluation ---------------------------------------------------------
 
-    def _propose(self, state: ClusterState, now: float, probes: dict) -> dict:
+    def _propose(self, state: ClusterState, now: float, probes: dict, health: dict) -> dict:
         out: dict[tuple, Proposal] = {}
         for node in state.nodes.values():
             try:
-                self._propose_node(node, now, probes, out)
+                self._propose_node(node, now, probes, health.get(node.name), out)
             except Exception as exc:
                 if node.name not in self._warned_nodes:
                     self._warned_nodes.add(node.name)
                     log.warning("alerts: skipping node %s, its sample cannot be evaluated: %r", node.name, exc)
         return out
 
-    def _propose_node(self, node, now, probes, out):
+    def _propose_node(self, node, now, probes, health, out):
         name, status = node.name, node.status
         gpu_rules, node_rules = self._scope(name)
         for rule in node_rules:
@@ -216,24 +221,30 @@ class AlertEvaluator:
                     continue
                 value = probes.get(name)
             else:
-                value = node_value(rule.metric, node)
+                value = node_value(rule.metric, node, health)
             if value is None:
                 continue
+            detail = health_detail(rule.metric, health)
             if rule.test(value):
-                self._when_true(rule, (rule.id, name, None), value, now, out)
+                self._when_true(rule, (rule.id, name, None), value, now, out, detail)
             else:
-                self._when_false(rule, (rule.id, name, None), value, out)
+                self._when_false(rule, (rule.id, name, None), value, out, detail)
         # A stale or down node's last sample is not current: its GPU alerts keep
         # their state (never resolve on vanished data) and node.down takes over.
         if status != UP or not gpu_rules:
             return
         has_active = name in self._active_nodes
+        # (check, gpu) of the node's warn and fail findings; None while it has no health data.
+        flagged = health.flagged() if health is not None and health.reported is not None else None
         for gpu in node.sample.get("gpus") or ():
             index = gpu.get("index")
             for rule in gpu_rules:
                 if rule.gpu_index is not None and rule.gpu_index != index:
                     continue
-                value = rule.read(gpu)
+                if rule.health_check is None:
+                    value = rule.read(gpu)
+                else:
+                    value = None if flagged is None else int((rule.health_check, index) in flagged)
                 if value is None:
                     continue
                 if rule.test(value):
@@ -241,35 +252,39 @@ class AlertEvaluator:
                 elif has_active:
                     self._when_false(rule, (rule.id, name, index), value, out)
 
-    def _when_true(self, rule: CompiledRule, key, value, now, out):
+    def _when_true(self, rule: CompiledRule, key, value, now, out, detail: str = ""):
+        """``detail``: what the metric's value stands for (node.health's reason and action), ends the reason."""
         st = self._active.get(key)
+        described = rule.describe(value)
         if st is None:
             if rule.for_seconds <= 0:
-                out[key] = Proposal(key, "fire_now", value, rule.describe(value), notify=not self._silenced(key, now))
+                reason = described + detail
+                out[key] = Proposal(key, "fire_now", value, reason, notify=not self._silenced(key, now))
             else:
-                out[key] = Proposal(key, "start", value, rule.describe(value))
+                out[key] = Proposal(key, "start", value, described + detail)
         elif st.status == PENDING:
             held = now - st.since
             if held >= rule.for_seconds:
-                reason = f"{rule.describe(value)}, held {held:.0f} s"
+                reason = f"{described}, held {held:.0f} s{detail}"
                 out[key] = Proposal(key, "fire", value, reason, notify=not self._silenced(key, now), since=st.since)
         elif not self._silenced(key, now):
             if not st.notified:
-                reason = f"{rule.describe(value)}, no longer silenced"
+                reason = f"{described}, no longer silenced{detail}"
                 out[key] = Proposal(key, "renotify", value, reason, True, st.since)
             elif st.last_notified is None or now - st.last_notified >= rule.repeat_interval:
-                reason = f"{rule.describe(value)}, still firing after {now - st.since:.0f} s"
+                reason = f"{described}, still firing after {now - st.since:.0f} s{detail}"
                 out[key] = Proposal(key, "repeat", value, reason, True, st.since, rule.repeat_interval)
 
-    def _when_false(self, rule: CompiledRule, key, value, out):
+    def _when_false(self, rule: CompiledRule, key, value, out, detail: str = ""):
         st = self._active.get(key)
         if st is None:
             return
+        described = rule.describe(value)
         if st.status == PENDING:
-            reason = f"{rule.describe(value)}: condition false before its `for` elapsed"
+            reason = f"{described}: condition false before its `for` elapsed{detail}"
             out[key] = Proposal(key, "reset", value, reason, since=st.since)
         else:
-            out[key] = Proposal(key, "resolve", value, f"{rule.describe(value)}: back to normal", st.notified, st.since)
+            out[key] = Proposal(key, "resolve", value, f"{described}: back to normal{detail}", st.notified, st.since)
 
     def _silenced(self, key, now: float) -> bool:
         rule_id, node, gpu = key

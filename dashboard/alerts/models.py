@@ -29,6 +29,11 @@ METRICS = (
     ("node.down", "node down: latest sample expired (1 = down)"),
     ("node.stale", "node stale or down (1 = stale)"),
     ("node.clock_skew", "node's clock off by more than GPULSE_MAX_CLOCK_SKEW (1 = off)"),
+    ("node.health", "node health verdict (0 healthy, 1 degraded, 2 failing)"),
+    ("gpu.pcie_degraded", "GPU PCIe link below its maximum (1 = degraded)"),
+    ("gpu.row_remap_pending", "GPU row remap pending or failed (1 = yes)"),
+    ("gpu.nvlink_down", "GPU NVLink link down (1 = down)"),
+    ("ib.port_down", "InfiniBand/RoCE ports not ACTIVE/LinkUp (count)"),
     ("probe.busbw", "NCCL probe bus bandwidth (GB/s)"),
 )
 COMPARISONS = (">", ">=", "<", "<=", "==", "!=")

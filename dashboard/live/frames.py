@@ -17,10 +17,16 @@ bandwidth probe: {"busbw", "median" (of its earlier probes), "low", "status",
 "ts"} (dashboard.live.probes), present once the node has been probed. ``skew``
 (seconds, the node's clock minus Redis') is present while the node's clock is
 off by more than GPULSE_MAX_CLOCK_SKEW: its ``ts`` is then when its sample was
-taken, not what its clock said. ``forgotten`` (a delta's list of node names)
+taken, not what its clock said. ``health`` is the node's verdict
+(dashboard.live.node_health): {"verdict": "healthy"} or, for "degraded",
+"failing" and "unknown" (down, or no health checks), {"verdict", "reason" (the
+worst finding, e.g. "GPU 3 NVLink links: link 2 down, 17 up"), "action" (the
+catalogue's, for that finding), "since" (unix seconds it has had this
+verdict), "findings" (how many warn or fail findings)}; absent until ingest
+has judged the node. ``forgotten`` (a delta's list of node names)
 names nodes pruned after GPULSE_NODE_FORGET_AFTER: browsers drop them. A delta
 carries only the nodes that sent a sample this tick (with their ``ts``) or
-whose status, probe or alert flags changed. A down node's rows are all null:
+whose status, probe, alert flags or health changed. A down node's rows are all null:
 its last values are never shown as if current.
 """
 
@@ -28,6 +34,7 @@ import time
 
 import orjson
 
+from dashboard.live.node_health import NodeHealth
 from dashboard.live.state import ClusterState, NodeState
 from gpulse.status import DOWN
 
@@ -137,7 +144,7 @@ class FrameBuilder:
         """Return the rows of the node's latest sample, without alert flags (its recent point)."""
         return self._rows[name]
 
-    def _entry(self, node: NodeState, alerting: frozenset, probes: dict) -> dict:
+    def _entry(self, node: NodeState, alerting: frozenset, probes: dict, health: NodeHealth | None) -> dict:
         sample = node.sample
         rows = self._rows.get(node.name)
         if rows is None:  # known from before a restart, not sampled since
@@ -151,13 +158,16 @@ class FrameBuilder:
             entry["skew"] = round(node.skew, 1)
         if node.name in probes:
             entry["probe"] = probes[node.name]
+        if health is not None and health.since is not None:
+            entry["health"] = health.frame_entry()
         return entry
 
     def frames(self, state: ClusterState, sampled: set[str], changed: list[str], firing: set, probes: dict,
-               summary: dict) -> tuple[bytes | None, bytes]:
+               summary: dict, health: dict[str, NodeHealth] | None = None) -> tuple[bytes | None, bytes]:
         """Return (delta, snapshot): the delta frames the nodes that sent a sample (update() has
-        their rows) or whose status, probe or firing alerts changed, and is None when there are
-        none; the snapshot frames every node, meta included."""
+        their rows) or whose status, probe, health (``changed`` names them) or firing alerts
+        changed, and is None when there are none; the snapshot frames every node, meta included."""
+        health = health or {}
         self.seq += 1
         alerting: dict[str, set] = {}
         for node, gpu in firing:
@@ -175,7 +185,8 @@ class FrameBuilder:
             node = state.nodes.get(name)
             if node is None:
                 continue
-            entry = self._entries[name] = self._entry(node, self._alerting.get(name, frozenset()), probes)
+            entry = self._entries[name] = self._entry(node, self._alerting.get(name, frozenset()), probes,
+                                                      health.get(name))
             if name in self._new_meta:
                 entry = {**entry, "meta": self._meta[name]}
             delta_nodes[name] = entry

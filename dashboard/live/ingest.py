@@ -4,7 +4,9 @@ One consumer of a Redis consumer group on the telemetry stream. It reads in
 batches, keeps the newest sample per node in memory, and once per tick sends
 browsers one coalesced delta frame (never one message per sample), rewrites
 the snapshot frame new browsers start from, evaluates alert rules and merges
-minute rollups into the database every few seconds.
+minute rollups into the database every few seconds. Each node's health
+(dashboard/live/node_health.py) is judged once per tick: what changed goes to
+the Redis hash Keys().health, the frames, and the database (verdict changes).
 
 Entries are acknowledged only once the rollups they feed are durable, and a
 database error never stops ingest: dashboard/live/rollups.py documents how.
@@ -22,7 +24,9 @@ import orjson
 import redis
 
 from dashboard.live.frames import FrameBuilder
+from dashboard.live.health_changes import HealthChangeQueue
 from dashboard.live.identity import DUPLICATE, NEW, RESTART, CollectorIdentity
+from dashboard.live.node_health import NodeHealthBook, read_record
 from dashboard.live.outage import DatabaseOutage
 from dashboard.live.probes import ProbeTracker
 from dashboard.live.rollups import RollupAccumulator
@@ -112,6 +116,8 @@ class Ingest:
         self.max_unacked = max_unacked
         self.exposed = 0  # entries acknowledged before their rollups were written (bound reached)
         self.probes = ProbeTracker(client, self.keys, probe_low_fraction)
+        self.health = NodeHealthBook()
+        self.health_changes = HealthChangeQueue()
         self.sampled: set[str] = set()
         self.pushes: dict[str, int] = {}  # node -> recent points pushed, to trim every RECENT_TRIM_EVERY
         self.burst_started = 0.0  # when the first sample since the last frame with samples arrived
@@ -179,6 +185,21 @@ class Ingest:
             identity = CollectorIdentity(seen.get("boot"), seen.get("restarts", 0))
             self.state.nodes[name] = NodeState(name, sample, arrived, placed, skew, identity=identity)
         self.state.refresh_statuses(now)
+        self.load_health()
+
+    def load_health(self) -> None:
+        """Start each known node's health from the hash, so the since-times survive a restart."""
+        for raw_name, raw in self.redis.hgetall(self.keys.health).items():
+            name = raw_name.decode(errors="replace")
+            node = self.state.nodes.get(name)
+            if node is None:
+                continue
+            try:
+                record = read_record(raw)
+            except schema.MalformedSample as exc:
+                log.warning("node %s: its health in Redis is not valid, judging it afresh: %s", name, exc)
+                continue
+            self.health.restore(name, record, node.status == DOWN)
 
     def read(self, block_ms: int | None) -> int:
         """Read what is new on the stream (one batch; block_ms None: do not wait); return how many entries came."""
@@ -284,6 +305,7 @@ class Ingest:
             if not newer:
                 return
             node.sample, node.placed, node.skew = sample, placed, skew
+        self.health.update(name, sample)
         self.frames.update(node)
         if not self.sampled:
             self.burst_started = self.clock()
@@ -304,8 +326,10 @@ class Ingest:
         self.pushes.pop(name, None)
         self.sampled.discard(name)
         self.frames.forget(name)
+        self.health.forget(name)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hdel(self.keys.known_nodes, name)
+        pipe.hdel(self.keys.health, name)
         pipe.delete(self.keys.recent(name), self.keys.probe_history(name))
         pipe.execute()
 
@@ -365,15 +389,18 @@ class Ingest:
 
     def emit(self, now: float) -> None:
         changed = self.state.refresh_statuses(now)
-        changed += [node for node in self.probes.poll() if node in self.state.nodes]
+        nodes = self.state.nodes
+        health_changed = self.health.tick(now, nodes, changed)
+        self.health_changes.add(self.health.take_changes())
+        changed += health_changed
+        changed += [node for node in self.probes.poll() if node in nodes]
         # Alert flags and the summary come from the previous tick's evaluation and
         # queries, which run after the frame is out: at 8,000 GPUs they cost tens
         # of ms that would delay every frame, and one tick late is still on time.
         firing = self.evaluator.firing_targets() if self.evaluator is not None else set()
         delta, snapshot = self.frames.frames(
-            self.state, self.sampled, changed, firing, self.probes.latest, self.latest_summary
+            self.state, self.sampled, changed, firing, self.probes.latest, self.latest_summary, self.health.nodes
         )
-        nodes = self.state.nodes
         sent = time.time()
         if self.sampled:
             # From arrival, not the node's ts: lag is ingest's own delay, whatever a node's clock says.
@@ -391,6 +418,9 @@ class Ingest:
                 self.keys.known_nodes,
                 mapping={name: orjson.dumps(nodes[name].known()) for name in self.sampled},
             )
+        if health_changed:
+            health = self.health.nodes
+            pipe.hset(self.keys.health, mapping={name: orjson.dumps(health[name].record()) for name in health_changed})
         pushes = self.pushes
         for name in self.sampled:
             key = self.keys.recent(name)
@@ -410,15 +440,16 @@ class Ingest:
         self.last_frame = now
 
     def use_database(self, now: float) -> None:
-        """Evaluate alerts, query the summary and, every flush_interval, write rollups.
+        """Write verdict changes, evaluate alerts, query the summary and, every flush_interval, write rollups.
 
         The database stages must not stop the frames: a database error is an
         outage (retried with backoff, rows kept in memory); any other failure is
         logged, counted and retried next tick.
         """
         try:
+            self.health_changes.write()
             if self.evaluator is not None:
-                self.evaluator.evaluate(self.state, now, probes=self.probes.busbw())
+                self.evaluator.evaluate(self.state, now, probes=self.probes.busbw(), health=self.health.nodes)
             self.latest_summary = self.summary()
             if now >= self.next_flush:
                 self.flush_rollups()
@@ -490,6 +521,7 @@ class Ingest:
                 "lost_samples": self.rollups.lost_samples,
                 "exposed_entries": self.exposed,
             },
+            "health": {"pending_changes": len(self.health_changes.pending), "lost_changes": self.health_changes.lost},
         }
 
     # -- the loop ---------------------------------------------------------------

@@ -48,3 +48,16 @@ class RollupCheckpoint(models.Model):
     stream = models.CharField(max_length=255, unique=True, help_text="'<stream key> <consumer group>'")
     entry_ms = models.BigIntegerField()
     entry_seq = models.BigIntegerField()
+
+
+class HealthChange(models.Model):
+    """A node's health verdict changed (dashboard/live/node_health.py): shown on the node page and by the API."""
+
+    node = models.CharField(max_length=128)
+    at = models.DateTimeField()
+    old = models.CharField(max_length=16, help_text="verdict before: healthy, degraded, failing or unknown")
+    new = models.CharField(max_length=16)
+    reason = models.CharField(max_length=400, blank=True, help_text="the worst finding when the verdict changed")
+
+    class Meta:
+        indexes = [models.Index(fields=["node", "-at"])]

@@ -15,7 +15,8 @@ class FaultForm(forms.Form):
     fault = forms.CharField(
         max_length=20,
         # Django renders a help text as HTML: escaped, "<code>" is text, not an unclosed tag.
-        help_text=escape("hot, xid (or xid:<code>), ecc, lost, dead (whole node) or clear"),
+        help_text=escape("hot, xid (or xid:<code>), ecc, lost, pcie_degraded, row_remap_pending, nvlink_down, "
+                         "gpu_missing; dead, ib_down, driver_skew (whole node); or clear"),
     )
 
     def clean_fault(self) -> str:
