@@ -221,6 +221,7 @@ def test_ingest_consumes_as_its_user_and_its_frames_reach_the_web_user(acl, sett
     assert b"gpu-01" in acl.admin.get(KEYS.snapshot)
     assert acl.admin.hexists(KEYS.known_nodes, "gpu-01")
     assert acl.admin.llen(KEYS.recent("gpu-01")) == 1
+    assert orjson.loads(acl.admin.hget(KEYS.health, "gpu-01"))["verdict"] == "unknown"  # its source runs no checks
     assert received and received[0]["type"] == "cluster.frame" and "gpu-01" in received[0]["text"]
 
 
@@ -240,11 +241,13 @@ def test_the_web_reads_what_pages_show_and_writes_only_its_own_keys(acl):
     acl.admin.lpush(KEYS.probe_history("gpu-01"), b"{}")
     acl.admin.set(KEYS.snapshot, b"{}")
     acl.admin.set(KEYS.ingest_heartbeat, b"{}")
+    acl.admin.hset(KEYS.health, "gpu-01", b"{}")
     acl.admin.xadd(KEYS.job_events(3), {"e": b'{"kind": "final"}'})
     web = acl.client("web")
     assert web.hgetall(KEYS.known_nodes) and web.mget([KEYS.node("gpu-01")]) == [b"{}"]
     assert web.lrange(KEYS.recent("gpu-01"), 0, -1) and web.lrange(KEYS.probe_history("gpu-01"), 0, -1)
     assert web.get(KEYS.snapshot) and web.get(KEYS.ingest_heartbeat)
+    assert web.hget(KEYS.health, "gpu-01") == b"{}" and web.hgetall(KEYS.health)  # the health API and pages
     assert web.xread({KEYS.job_events(3): "0-0"}, block=10)
     assert web.xrevrange(KEYS.probes, count=1) == []
     web.hset(KEYS.simulator_faults, "gpu-01", "hot")
