@@ -118,10 +118,17 @@ def test_the_overview_shows_each_verdict_in_the_table_and_the_health_heatmap(adm
         client.set(keys.snapshot, orjson.dumps(snapshot))
         admin_page.goto(running_system.base_url + "/")
         admin_page.select_option("#heat-metric", "health")
-        admin_page.wait_for_function(f"() => {{ const s = ({OVERVIEW_HEALTH})('sim-02'); return s && s.z; }}")
+        admin_page.wait_for_function(
+            f"() => {{ const s = ({OVERVIEW_HEALTH})('sim-02'); return s && s.z && s.z[0] === 2; }}"
+        )
         failing = admin_page.evaluate(OVERVIEW_HEALTH, "sim-02")
         degraded = admin_page.evaluate(OVERVIEW_HEALTH, "sim-03")
         healthy = admin_page.evaluate(OVERVIEW_HEALTH, "sim-01")
+        # Sorted by health, worst first.
+        admin_page.click('#node-table th[data-key="health"]')
+        order = admin_page.evaluate(
+            "() => Array.from(document.querySelectorAll('#node-table tbody tr')).map(tr => tr.dataset.node)"
+        )
     assert failing["verdict"] == "failing"
     assert failing["title"].startswith("failing: GPU 3 NVLink links: link 2 down, 17 up\n→ act on GPU 3 NVLink")
     # Colour by verdict for every GPU, and the word in each cell and on the row label: never colour alone.
@@ -130,11 +137,6 @@ def test_the_overview_shows_each_verdict_in_the_table_and_the_health_heatmap(adm
     assert degraded["label"] == "sim-03  ⚠ degraded"
     assert healthy["verdict"] == "healthy" and healthy["z"] == [0] * 8 and healthy["label"] == "sim-01"
     assert admin_page.text_content("#scale-min") == "healthy" and admin_page.text_content("#scale-max") == "failing"
-    # Sorted by health, worst first.
-    admin_page.click('#node-table th[data-key="health"]')
-    order = admin_page.evaluate(
-        "() => Array.from(document.querySelectorAll('#node-table tbody tr')).map(tr => tr.dataset.node)"
-    )
     assert order[:2] == ["sim-02", "sim-03"]
 
 
