@@ -270,7 +270,8 @@ def test_a_node_whose_probe_falls_below_its_median_is_flagged_low(admin_page, ru
         assert cell.text_content().strip() == "4.0 LOW"
         assert cell.get_attribute("title") == "4.0 GB/s vs median 10.1 GB/s"
         heat = wait_for_heatmap(admin_page, "h.labels[2].includes('⚠ probe')")
-        assert [label for label in heat["labels"] if "probe" in label] == ["sim-03  ⚠ probe"]
+        # The label may go on with sim-03's health verdict: an earlier test's Xid 79 fails it for 15 minutes.
+        assert [label[:15] for label in heat["labels"] if "probe" in label] == ["sim-03  ⚠ probe"]
         others = [row for row in admin_page.evaluate(NODE_TABLE) if row[0] != "sim-03"]
         assert all("LOW" not in row[8] for row in others), others
     finally:
