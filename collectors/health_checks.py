@@ -309,37 +309,38 @@ def _state(text) -> str:
 
 
 def ib_port(sample: dict, memory: NodeMemory, now: float) -> list[dict]:
+    """One finding for all of the node's ports: the worst status, every port's problem in the reason."""
     ports = sample.get("ib")
     if ports is None:
         return [_finding("ib_port", None, UNKNOWN,
                          "InfiniBand/RoCE ports not reported (this source does not read them)")]
     rates = [port["rate"] for port in ports if port.get("rate") is not None]
     fastest = max(rates, default=None)
-    findings = []
+    down, slow = [], []
+    known = memory.ib
     for port in ports:
-        name, state, physical, rate = port["port"], _state(port.get("state")), _state(port.get("phys_state")), \
-            port.get("rate")
-        counters = tuple(port.get(counter) for counter in IB_COUNTERS)
-        previous, rises = memory.ib.get(name, (counters, {}))
-        for counter, before, value in zip(IB_COUNTERS, previous, counters, strict=True):
-            if before is not None and value is not None and value > before:
-                rises[counter] = (now, value - before)
-        memory.ib[name] = (counters, rises)
+        get = port.get
+        name, state, physical, rate = port["port"], _state(get("state")), _state(get("phys_state")), get("rate")
+        counters = tuple(map(get, IB_COUNTERS))
+        previous, rises = known.get(name) or (counters, {})
+        if previous != counters:
+            for counter, before, value in zip(IB_COUNTERS, previous, counters, strict=True):
+                if before is not None and value is not None and value > before:
+                    rises[counter] = (now, value - before)
+        known[name] = (counters, rises)
         if state != "ACTIVE" or physical != "LinkUp":
-            findings.append(_finding("ib_port", None, FAIL, f"{name} {state or 'state unknown'}/"
-                                                               f"{physical or 'physical state unknown'}"))
+            down.append(f"{name} {state or 'state unknown'}/{physical or 'physical state unknown'}")
             continue
-        problems = []
         if rate is not None and fastest is not None and rate < fastest:
-            problems.append(f"{name} at {rate:g} Gb/s, the node's other ports at up to {fastest:g}")
+            slow.append(f"{name} at {rate:g} Gb/s, the node's other ports at up to {fastest:g}")
         for counter, (at, by) in list(rises.items()):
             if now - at > IB_COUNTER_WINDOW:
                 del rises[counter]
             else:
-                problems.append(f"{name} {counter} rose by {by:g}")
-        if problems:
-            findings.append(_finding("ib_port", None, WARN, "; ".join(problems)))
-    return findings
+                slow.append(f"{name} {counter} rose by {by:g}")
+    if not down and not slow:
+        return []
+    return [_finding("ib_port", None, FAIL if down else WARN, "; ".join(down + slow))]
 
 
 # ---- the whole sample --------------------------------------------------------------

@@ -323,22 +323,24 @@ class SimulatedFleet:
         ports = [{"port": port, "state": "ACTIVE", "phys_state": "LinkUp", "rate": IB_RATE,
                   "symbol_error": 0, "link_downed": 0, "port_rcv_errors": 0} for port in IB_PORTS]
         port_down = [*ports[:-1], {**ports[-1], "state": "DOWN", "phys_state": "Polling"}]
-        faulty = {name: per_gpu[name] for name in _READING_FAULTS}
+        # Plain lists: indexing numpy arrays one element at a time is slow.
+        faulty = {name: per_gpu[name].tolist() for name in _READING_FAULTS}
+        missing, skewed, ib_down = per_gpu["gpu_missing"].tolist(), per_node["driver_skew"], per_node["ib_down"]
         self._health, self._system, self._ib = [], [], []
         for i, model in enumerate(self.models):
             readings: list[dict | None] = []
             for j in range(self.shape[1]):
-                if per_gpu["gpu_missing"][i, j]:
+                if missing[i][j]:
                     readings.append(None)
                     continue
                 gpu = healthy[model]  # shared by every healthy GPU of the model: _render copies it
                 for name, where in faulty.items():
-                    if where[i, j]:
+                    if where[i][j]:
                         gpu = {**gpu, **_READING_FAULTS[name](model)}
                 readings.append(gpu)
             self._health.append(readings)
-            self._system.append(SKEWED_DRIVER if per_node["driver_skew"][i] else DRIVER)
-            self._ib.append(port_down if per_node["ib_down"][i] else ports)
+            self._system.append(SKEWED_DRIVER if skewed[i] else DRIVER)
+            self._ib.append(port_down if ib_down[i] else ports)
 
     # ---- jobs -------------------------------------------------------------------
 

@@ -8,6 +8,13 @@ Only current readings are exported: a node that is stale or down exports no
 GPU gauges (its last values are not current, and Prometheus would store
 them as if they were), and a reading the GPU does not report is left out,
 never exported as 0. Node status is always exported.
+
+Node health (dashboard/live/node_health.py): ``gpulse_node_health`` is the
+verdict's level (0 healthy, 1 degraded, 2 failing), absent while a node has no
+verdict (down, or no health checks): "unknown" is no number to compare, as a
+null reading is left out. ``gpulse_health_check`` is 1 for each finding
+(node, gpu, check, status; gpu "" for a node or cluster check) and absent
+otherwise, so its series are bounded by what is wrong, not by GPUs × checks.
 """
 
 import logging
@@ -27,8 +34,10 @@ from dashboard.accounts.metrics_token import presents_metrics_token
 from dashboard.alerts.evaluate import firing_count
 from dashboard.alerts.models import STATUSES, Transition
 from dashboard.benchmarks.models import BenchmarkJob
-from dashboard.live.cluster import read_cluster
+from dashboard.live.cluster import read_cluster, read_health
 from dashboard.live.health import read_heartbeat
+from dashboard.live.node_health import NodeHealth
+from gpulse.health import VERDICT_LEVEL
 from gpulse.schema import GPU_METRICS
 from gpulse.status import NODE_STATUSES, UP
 from gpulse.throttle import THROTTLE_REASONS
@@ -85,6 +94,8 @@ OTHER_METRICS = (
     "gpulse_node_up",
     "gpulse_node_status",
     "gpulse_node_last_sample_timestamp_seconds",
+    "gpulse_node_health",
+    "gpulse_health_check",
     "gpulse_benchmark_jobs",
     "gpulse_benchmark_last_busbw_bytes_per_second",
     "gpulse_alerts_firing",
@@ -148,6 +159,25 @@ def node_families(nodes: list[dict]):
     yield from (up, status, last)
 
 
+def health_families(nodes: dict[str, NodeHealth]):
+    verdict = GaugeMetricFamily(
+        "gpulse_node_health", "the node's health verdict: 0 healthy, 1 degraded, 2 failing (absent: unknown)",
+        labels=["node"],
+    )
+    checks = GaugeMetricFamily(
+        "gpulse_health_check", "1 for each health check finding (warn, fail or unknown) of the node or GPU",
+        labels=["node", "gpu", "check", "status"],
+    )
+    for name, node in nodes.items():
+        level = VERDICT_LEVEL.get(node.verdict)
+        if level is None:
+            continue
+        verdict.add_metric([name], level)
+        for check, gpu, status in node.findings:
+            checks.add_metric([name, "" if gpu is None else str(gpu), check, status], 1)
+    yield from (verdict, checks)
+
+
 def benchmark_families():
     counts = dict(BenchmarkJob.objects.values_list("status").annotate(n=Count("id")))
     jobs = GaugeMetricFamily("gpulse_benchmark_jobs", "benchmark jobs by status", labels=["status"])
@@ -209,6 +239,7 @@ class ClusterCollector:
         nodes = read_cluster()
         yield from gpu_families(nodes)
         yield from node_families(nodes)
+        yield from health_families(read_health())
         yield from benchmark_families()
         yield from alert_families()
         yield from ingest_families()

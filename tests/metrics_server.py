@@ -8,12 +8,17 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
+import orjson
 import redis
 
+from dashboard.live.node_health import NodeHealthBook
 from gpulse import schema
 from gpulse.keys import Keys
+from gpulse.status import UP
 from tests.samples import gpu, sample
+from tests.test_node_health import NVLINK_DOWN, finding, with_health
 from tests.web_server import uvicorn_server
 
 TOKEN = "metrics-token-0123456789-abcdefghijklmnop"
@@ -69,6 +74,12 @@ def write_cluster(client: redis.Redis) -> None:
         client.hset(keys.known_nodes, name, json.dumps({"ts": node["ts"], "interval": node["interval"]}))
     # Its latest key expired long ago: down.
     client.hset(keys.known_nodes, "dead", json.dumps({"ts": now - 3600, "interval": interval}))
+    # Health as ingest writes it: n1 failing (GPU 3's NVLink, and its PCIe check not supported on GPU 0), n2 healthy.
+    book = NodeHealthBook()
+    book.update("n1", with_health("n1", NVLINK_DOWN, finding("pcie_link", "unknown", "not supported", gpu=0)))
+    book.update("n2", with_health("n2"))
+    book.tick(now, {name: SimpleNamespace(status=UP) for name in ("n1", "n2")}, [])
+    client.hset(keys.health, mapping={name: orjson.dumps(book.nodes[name].record()) for name in ("n1", "n2")})
 
 
 @contextmanager

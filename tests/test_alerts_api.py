@@ -7,7 +7,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from collectors.simulated import parse_fault
+from collectors.health_checks import HealthChecks
+from collectors.simulated import SimulatedFleet, parse_fault, redis_fault_reader
 from dashboard.accounts.models import ApiToken
 from dashboard.alerts.models import Rule, Silence, WebhookEndpoint
 from gpulse.faults import FAULTS, NODE_FAULTS
@@ -44,12 +45,21 @@ def test_it_creates_reads_updates_and_deletes_a_rule(operator):
 
 
 @pytest.mark.parametrize(
+    "metric", ["node.health", "gpu.pcie_degraded", "gpu.row_remap_pending", "gpu.nvlink_down", "ib.port_down"])
+def test_a_rule_can_watch_each_health_metric(operator, metric):
+    created = post(operator, "/api/v1/rules", {**RULE, "name": metric, "metric": metric, "threshold": 1})
+    assert created.status_code == 201 and Rule.objects.get(id=created.json()["id"]).metric == metric
+
+
+@pytest.mark.parametrize(
     "change, message",
     [
         ({"name": ""}, "name: This field is required."),
         ({"metric": "gpu.smell"}, "metric: Select a valid choice."),
         ({"metric": "gpu.throttle"}, "throttle_reason: gpu.throttle needs the throttle reason to watch"),
         ({"metric": "node.down", "gpu_index": 0}, "gpu_index: node.down is a node-level metric"),
+        ({"metric": "node.health", "gpu_index": 0}, "gpu_index: node.health is a node-level metric"),
+        ({"metric": "ib.port_down", "gpu_index": 0}, "gpu_index: ib.port_down is a node-level metric"),
         ({"comparison": "=~"}, "comparison: Select a valid choice."),
         ({"for_seconds": -1}, "for_seconds: Ensure this value is greater than or equal to 0."),
         ({"repeat_interval": 5}, "repeat_interval: at least 60 seconds"),
@@ -204,7 +214,8 @@ def test_staff_inject_and_clear_simulator_faults(admin, faults):
     "body, message",
     [
         ({"node": "sim-01", "fault": "melt"}, "fault: one of hot, xid"),
-        ({"node": "sim-01", "gpu": 2, "fault": "dead"}, "gpu: 'dead' stops a whole node"),
+        ({"node": "sim-01", "gpu": 2, "fault": "dead"}, "gpu: 'dead' is a fault of a whole node"),
+        ({"node": "sim-01", "gpu": 2, "fault": "ib_down"}, "gpu: 'ib_down' is a fault of a whole node"),
         ({"node": "a/b", "fault": "hot"}, "node: a node name, without /"),
         ({"node": "sim-01", "gpu": -1, "fault": "hot"}, "gpu: Ensure this value is greater than or equal to 0."),
     ],
@@ -236,6 +247,24 @@ def test_every_fault_the_collector_knows_can_be_injected(admin, faults, fault):
     assert response.status_code == 200, response.json()
     stored = faults().get("sim-01" if gpu is None else "sim-01/1")
     assert stored is None if fault == "clear" else parse_fault(stored) == parse_fault(fault)
+
+
+def test_nvlink_down_from_the_api_fails_that_nodes_nvlink_check_until_cleared(admin, faults, redis_client):
+    fleet = SimulatedFleet(2, 8, 1.0, seed=4, fault_reader=redis_fault_reader(redis_client, Keys()))
+    checks = HealthChecks()
+
+    def findings() -> dict[str, list[tuple]]:
+        result = {}
+        for sample in fleet.sample():
+            checks.annotate(sample, sample["ts"])
+            result[sample["node"]] = [(f["check"], f["gpu"], f["status"]) for f in sample["health"]["findings"]]
+        return result
+
+    assert findings() == {"sim-01": [], "sim-02": []}
+    post(admin, "/api/v1/simulator/faults", {"node": "sim-01", "gpu": 3, "fault": "nvlink_down"})
+    assert findings() == {"sim-01": [("nvlink_state", 3, "fail")], "sim-02": []}
+    post(admin, "/api/v1/simulator/faults", {"node": "sim-01", "fault": "clear"})
+    assert findings() == {"sim-01": [], "sim-02": []}
 
 
 def test_faults_are_for_staff_only(operator, faults):

@@ -7,7 +7,9 @@ import pytest
 
 from dashboard.alerts.evaluate import AlertEvaluator, firing_count
 from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition
+from dashboard.live.node_health import NodeHealthBook
 from dashboard.live.state import ClusterState, NodeState
+from gpulse.health import CHECK_IDS, action
 from gpulse.status import DOWN, STALE, UP
 
 T0 = 1_764_000_000.0
@@ -332,3 +334,66 @@ def test_a_failing_evaluation_is_reported_until_one_runs_through(rules, django_d
     assert not status["ok"] and status["failing_since"] == T0 and "Database access not allowed" in status["error"]
     ev.evaluate(hot(90), now=T0 + 1)
     assert ev.status()["ok"] and ev.status()["error"] is None
+
+
+def judged(state: ClusterState, *findings_of: tuple[str, list]) -> dict:
+    """The nodes' health as ingest judges it (dashboard.live.node_health), from (node, findings) pairs."""
+    book = NodeHealthBook()
+    for name, findings in findings_of:
+        book.update(name, {"gpus": [], "health": {"checked": list(CHECK_IDS), "findings": findings}})
+    book.tick(T0, state.nodes, [])
+    return book.nodes
+
+
+NVLINK_DOWN = {"check": "nvlink_state", "gpu": 3, "status": "fail", "reason": "link 2 down, 17 up"}
+
+
+def test_node_health_fires_on_a_failing_node_and_its_reason_carries_the_finding_and_action(rules, run):
+    rule = rules(metric="node.health", comparison=">=", threshold=2, for_seconds=0)
+    ev = AlertEvaluator()
+    state = cluster(("n1", UP, [gpu(0)]), ("n2", UP, [gpu(0)]))
+    health = judged(state, ("n1", [NVLINK_DOWN]), ("n2", [{**NVLINK_DOWN, "status": "warn"}]))
+    assert run(ev, state, T0, health=health) == ["firing"]
+    assert ev.firing_targets() == {("n1", None)}
+    reason = Transition.objects.get(alert__rule=rule, new=FIRING).reason
+    assert reason == (f"node.health >= 2 (now 2): GPU 3 NVLink links: link 2 down, 17 up; "
+                      f"action: {action('nvlink_state', 'fail')}")
+
+
+def test_node_health_gives_no_value_without_a_verdict(rules, run):
+    rules(metric="node.health", comparison="<", threshold=1, for_seconds=0)
+    ev = AlertEvaluator()
+    state = cluster(("n1", UP, [gpu(0)]))
+    assert run(ev, state, T0, health={}) == []  # no health: "unknown" is not "healthy"
+    assert run(ev, state, T0 + 1, health=judged(state, ("n1", []))) == ["firing"]
+
+
+@pytest.mark.parametrize(
+    "metric, finding",
+    [
+        ("gpu.pcie_degraded", {"check": "pcie_link", "gpu": 3, "status": "fail", "reason": "x8 of x16"}),
+        ("gpu.row_remap_pending", {"check": "row_remap", "gpu": 3, "status": "warn", "reason": "a remap is pending"}),
+        ("gpu.nvlink_down", NVLINK_DOWN),
+    ],
+)
+def test_each_gpu_health_metric_fires_on_its_gpu_only(rules, run, metric, finding):
+    rules(metric=metric, comparison="==", threshold=1, for_seconds=0)
+    ev = AlertEvaluator()
+    state = cluster(("n1", UP, [gpu(0), gpu(3)]))
+    other = {"check": "clocks", "gpu": 0, "status": "warn", "reason": "thermal slowdown while busy"}
+    assert run(ev, state, T0, health=judged(state, ("n1", [other]))) == []
+    assert run(ev, state, T0 + 1, health=judged(state, ("n1", [other, finding]))) == ["firing"]
+    assert ev.firing_targets() == {("n1", 3)}
+    assert run(ev, state, T0 + 2, health=judged(state, ("n1", [other]))) == ["resolved"]
+
+
+def test_ib_port_down_counts_the_ports_not_active_and_linked_up(rules, run):
+    rules(metric="ib.port_down", comparison=">", threshold=0, for_seconds=0)
+    ev = AlertEvaluator()
+    state = cluster(("n1", UP, [gpu(0)]), ("n2", UP, [gpu(0)]), ("plain", UP, [gpu(0)]))
+    port = {"port": "mlx5_0/1", "state": "ACTIVE", "phys_state": "LinkUp", "rate": 400}
+    state.nodes["n1"].sample["ib"] = [port, {**port, "port": "mlx5_1/1", "state": "DOWN", "phys_state": "Polling"}]
+    state.nodes["n2"].sample["ib"] = [port]
+    assert run(ev, state, T0) == ["firing"]
+    assert ev.firing_targets() == {("n1", None)}
+    assert Alert.objects.get(node="n1").value == 1

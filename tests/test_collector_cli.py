@@ -77,8 +77,21 @@ def test_faults_from_the_command_line_reach_the_samples():
     assert sample["node"] == "sim-01" and sample["gpus"][3]["lost"] is True
 
 
+def test_every_sample_carries_its_health_checked_with_the_expected_gpu_count():
+    result = collector("--source", "simulated", "--nodes", "2", "--once", "--stdout", "--expected-gpus", "9",
+                       "--fault", "sim-01/3=nvlink_down")
+    assert result.returncode == 0, result.stderr.decode()
+    samples = {s["node"]: s["health"] for s in map(parse, result.stdout.splitlines())}
+    assert "nvlink_state" in samples["sim-01"]["checked"]
+    assert {(f["check"], f["gpu"], f["status"]) for f in samples["sim-01"]["findings"]} == {
+        ("nvlink_state", 3, "fail"), ("gpu_count", None, "fail")}
+    assert samples["sim-02"]["findings"] == [
+        {"check": "gpu_count", "gpu": None, "status": "fail", "reason": "8 of 9 GPUs on the bus"}]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--fault", "sim-01/0=melt"], "unknown fault 'melt'"),
+    (["--expected-gpus", "0"], "must be at least 1"),
     (["--fault", "sim-07=hot"], "no node 'sim-07'"),
     (["--fault", "sim-01"], "expected NODE[/GPU]=FAULT"),
     (["--interval", "0"], "must be greater than 0"),

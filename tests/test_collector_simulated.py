@@ -8,6 +8,7 @@ from itertools import pairwise
 import pytest
 import redis
 
+from collectors.health_checks import HealthChecks
 from collectors.simulated import SimulatedFleet, redis_fault_reader
 from devtools.redis_server import EmbeddedRedis
 from gpulse.keys import Keys
@@ -20,7 +21,13 @@ REAL_SPECS = {
     "NVIDIA L40S": (46068 * 2**20, 350.0, 2520),
     "NVIDIA RTX 6000 Ada Generation": (49140 * 2**20, 300.0, 2505),
 }
-GPU_FIELDS = {"index", "uuid", "name", "lost", *GPU_METRIC_NAMES, "throttle", "xid", "processes"}
+HEALTH_READINGS = {
+    "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max", "pcie_replay", "remapped_correctable",
+    "remapped_uncorrectable", "remap_pending", "remap_failure", "retired_pages", "retired_pending", "ecc_enabled",
+    "ecc_pending", "persistence", "mig_enabled", "mig_pending", "nvlink_links", "nvlink_links_up", "nvlink_errors",
+    "vbios", "compute_mode",
+}
+GPU_FIELDS = {"index", "uuid", "name", "lost", *GPU_METRIC_NAMES, "throttle", "xid", "processes", *HEALTH_READINGS}
 
 
 class FakeClock:
@@ -53,6 +60,8 @@ def test_every_sample_is_a_valid_v1_sample_with_every_field():
         parsed = parse(encode(sample))
         assert parsed["interval"] == 1.0
         assert set(parsed["host"]) == {"cpu_util", "mem_used", "mem_total"}
+        assert parsed["system"] == {"driver": "550.54.15", "cuda": "12.4"}
+        assert [port["port"] for port in parsed["ib"]] == ["mlx5_0/1", "mlx5_1/1", "mlx5_2/1", "mlx5_3/1"]
         assert [gpu["index"] for gpu in parsed["gpus"]] == list(range(8))
         for gpu in parsed["gpus"]:
             assert set(gpu) == GPU_FIELDS
@@ -331,4 +340,90 @@ def test_a_thousand_nodes_of_eight_gpus_sample_well_inside_a_second():
         timings.append(time.perf_counter() - started)
     assert len(samples) == 1000 and sum(len(s["gpus"]) for s in samples) == 8000
     # Typically 25-50 ms on a 2-core host; the bound leaves room for a busy CI machine.
+    assert statistics.median(timings) < 0.25
+
+
+def test_healthy_gpus_report_every_health_reading_their_model_has():
+    samples = {s["node"]: s for s in SimulatedFleet(4, 8, 1.0, seed=3).sample()}
+    h100, l40s = samples["sim-01"]["gpus"][0], samples["sim-03"]["gpus"][0]
+    assert h100["name"] == "NVIDIA H100 80GB HBM3"
+    assert (h100["pcie_gen"], h100["pcie_gen_max"], h100["pcie_width"], h100["pcie_width_max"]) == (5, 5, 16, 16)
+    assert (h100["nvlink_links"], h100["nvlink_links_up"], h100["nvlink_errors"]) == (18, 18, 0)
+    assert h100["persistence"] is True and h100["ecc_enabled"] is True and h100["remap_pending"] is False
+    assert h100["remapped_uncorrectable"] == 0 and h100["vbios"] and h100["compute_mode"] == "Default"
+    assert (l40s["nvlink_links"], l40s["nvlink_errors"]) == (0, None), "an L40S has no NVLink"
+
+
+def test_a_healthy_fleet_passes_every_health_check():
+    fleet, clock = fleet_with_clock(nodes=4)
+    checks = HealthChecks()
+    for _ in range(3):
+        for entry in advance(fleet, clock).values():
+            checks.annotate(entry, clock.now)
+            assert entry["health"]["findings"] == []
+
+
+@pytest.mark.parametrize("fault, gpu, finding", [
+    ("pcie_degraded", 2, ("pcie_link", 2, "fail", "x8 of x16 lanes, Gen5 of Gen5")),
+    ("row_remap_pending", 2, ("row_remap", 2, "warn",
+                              "a row remap waits for a GPU reset "
+                              "(rows remapped: 1 for uncorrectable errors, 0 for correctable)")),
+    ("nvlink_down", 2, ("nvlink_state", 2, "fail", "1 of 18 links down, 17 up")),
+    ("gpu_missing", 2, ("gpu_count", 2, "fail", "GPU 2 missing: 7 of 8 on the bus")),
+    ("ib_down", None, ("ib_port", None, "fail", "mlx5_3/1 DOWN/Polling")),
+])
+def test_each_health_fault_gives_its_finding_on_that_node_and_clearing_returns_it_to_healthy(fault, gpu, finding):
+    fleet, clock = fleet_with_clock()
+    checks = HealthChecks()
+
+    def health_findings() -> dict[str, list[tuple]]:
+        samples = advance(fleet, clock)
+        for entry in samples.values():
+            checks.annotate(entry, clock.now)
+            parse(encode(entry))
+        return {node: [(f["check"], f["gpu"], f["status"], f["reason"]) for f in entry["health"]["findings"]]
+                for node, entry in samples.items()}
+
+    assert health_findings() == {"sim-01": [], "sim-02": []}
+    fleet.inject("sim-01", gpu, fault)
+    assert health_findings() == {"sim-01": [finding], "sim-02": []}
+    fleet.inject("sim-01", gpu, "clear")
+    assert health_findings() == {"sim-01": [], "sim-02": []}
+
+
+def test_a_missing_gpu_vanishes_from_the_list_and_its_job_dies():
+    fleet, clock = fleet_with_clock(seed=2)
+    advance(fleet, clock)
+    fleet.inject("sim-01", 2, "gpu_missing")
+    gpus = advance(fleet, clock)["sim-01"]["gpus"]
+    assert [g["index"] for g in gpus] == [0, 1, 3, 4, 5, 6, 7]
+    for _ in range(200):
+        advance(fleet, clock)
+    fleet.inject("sim-01", 2, "clear")
+    back = advance(fleet, clock)["sim-01"]["gpus"][2]
+    assert back["index"] == 2 and back["processes"] == [] and back["util"] == 0, "no job ran on the missing GPU"
+
+
+def test_driver_skew_changes_that_nodes_driver_until_cleared():
+    fleet, clock = fleet_with_clock()
+    fleet.inject("sim-02", None, "driver_skew")
+    samples = advance(fleet, clock)
+    assert samples["sim-01"]["system"]["driver"] == "550.54.15"
+    assert samples["sim-02"]["system"]["driver"] != "550.54.15"
+    fleet.inject("sim-02", None, "clear")
+    assert advance(fleet, clock)["sim-02"]["system"]["driver"] == "550.54.15"
+
+
+def test_health_checks_of_a_thousand_nodes_take_a_fraction_of_sampling():
+    fleet = SimulatedFleet(1000, 8, 1.0, seed=1)
+    checks = HealthChecks()
+    now = 1_800_000_000.0
+    timings = []
+    for step in range(5):
+        samples = fleet.sample()
+        started = time.perf_counter()
+        for entry in samples:
+            checks.annotate(entry, now + step)
+        timings.append(time.perf_counter() - started)
+    # Typically ~30 ms on a 2-core host; the bound leaves room for a busy CI machine.
     assert statistics.median(timings) < 0.25

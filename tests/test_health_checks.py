@@ -2,6 +2,7 @@
 
 import pytest
 
+from collectors.cli import check_health
 from collectors.health_checks import CHECKED, HealthChecks
 from gpulse.health import CHECKS, IB_COUNTER_WINDOW, XID_WINDOW
 from gpulse.schema import MAX_FINDINGS, MAX_REASON, encode, parse
@@ -222,6 +223,22 @@ def test_an_ib_port_not_active_and_linkup_fails():
     assert findings(HealthChecks(), entry) == [("ib_port", None, "fail", "mlx5_1/1 DOWN/Polling")]
 
 
+def test_every_ib_port_problem_is_in_one_finding_of_the_worst_status():
+    entry = sample(ib=[port("mlx5_0/1", rate=200), port("mlx5_1/1", state="DOWN", phys_state="Disabled"),
+                       port("mlx5_2/1", state="INIT", phys_state="LinkUp")])
+    assert findings(HealthChecks(), entry) == [
+        ("ib_port", None, "fail",
+         "mlx5_1/1 DOWN/Disabled; mlx5_2/1 INIT/LinkUp; mlx5_0/1 at 200 Gb/s, the node's other ports at up to 400")]
+
+
+def test_findings_name_each_check_and_gpu_once():
+    entry = sample([gpu(0, pcie_width=None), gpu(1, pcie_width=4, xid=[79], ecc_uncorrected=3)] +
+                   [gpu(i, pcie_width=None) for i in range(3, 8)],
+                   ib=[port("mlx5_0/1", state="DOWN"), port("mlx5_1/1", rate=100)])
+    keys = [(check, index) for check, index, *_ in findings(HealthChecks(expected_gpus=8), entry)]
+    assert len(keys) == len(set(keys)) == 11
+
+
 def test_an_ib_port_slower_than_the_others_warns():
     entry = sample(ib=[port("mlx5_0/1"), port("mlx5_1/1", rate=200)])
     assert findings(HealthChecks(), entry) == [
@@ -260,3 +277,10 @@ def test_every_xid_reason_fits_the_contract(code):
     findings(checks, one_gpu(xid=list(range(1, 64))), T0)
     [(_, _, _, reason)] = findings(checks, one_gpu(xid=[code]), T0 + 1)
     assert len(reason) <= MAX_REASON
+
+
+def test_a_sample_whose_checks_break_is_sent_without_health_and_the_rest_are_checked(caplog):
+    broken, fine = one_gpu(compute_mode=5), sample(node="gpu-02")
+    check_health(HealthChecks(), [broken, fine])
+    assert "health" not in broken and fine["health"]["findings"] == []
+    assert "health checks of node gpu-01 failed" in caplog.text

@@ -97,6 +97,14 @@ def test_job_and_alert_counts(scraped):
     assert transitions["pending"] == 1 and transitions["firing"] == 1 and transitions["resolved"] == 0
 
 
+def test_node_health_is_exported_as_a_level_and_one_series_per_finding(scraped):
+    assert scraped["gpulse_node_health"] == {(("node", "n1"),): 2.0, (("node", "n2"),): 0.0}  # no verdict: absent
+    assert scraped["gpulse_health_check"] == {
+        (("check", "nvlink_state"), ("gpu", "3"), ("node", "n1"), ("status", "fail")): 1.0,
+        (("check", "pcie_link"), ("gpu", "0"), ("node", "n1"), ("status", "unknown")): 1.0,
+    }
+
+
 def test_everything_scraped_is_a_declared_name(scraped):
     assert set(scraped) <= EXPORTED_NAMES
 

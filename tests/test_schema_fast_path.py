@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from collectors.dcgm import DcgmSource
+from collectors.health_checks import HealthChecks
 from collectors.simulated import SimulatedFleet
 from collectors.sources import Identity
 from gpulse import schema
@@ -59,22 +60,30 @@ def goes_to_validate(raw: bytes | str) -> tuple[dict, int] | None:
     return checked
 
 
-def test_every_simulated_sample_takes_the_fast_path_unchanged_with_lost_gpus_and_xids():
+def test_every_simulated_sample_takes_the_fast_path_unchanged_with_lost_gpus_xids_and_health():
     fleet = SimulatedFleet(20, 8, interval=1.0, seed=3)
     fleet.inject("sim-01", 3, "lost")
     fleet.inject("sim-02", None, "xid:79")
     fleet.inject("sim-03", 0, "hot")
+    fleet.inject("sim-04", 1, "nvlink_down")
+    fleet.inject("sim-05", None, "ib_down")
+    fleet.inject("sim-06", 2, "gpu_missing")
     identity = Identity()
+    checks = HealthChecks(expected_gpus=8)
     for _ in range(3):
         for entry in identity.stamp(fleet.sample()):
+            checks.annotate(entry, entry["ts"])
             assert takes_the_fast_path(schema.encode(entry)) == entry
     fleet.close()
 
 
-def test_dcgm_samples_take_the_fast_path_unchanged(exporter):  # noqa: F811
+def test_dcgm_samples_take_the_fast_path_unchanged_with_their_unknown_health(exporter):  # noqa: F811
     source = DcgmSource(exporter.url, interval=1.0)
+    checks = HealthChecks()
     for _ in range(2):
         for entry in source.sample():
+            checks.annotate(entry, entry["ts"])
+            assert any(finding["status"] == "unknown" for finding in entry["health"]["findings"])
             assert takes_the_fast_path(schema.encode(entry)) == entry
 
 

@@ -3,10 +3,13 @@
 from django import forms
 from django.utils.html import escape
 
-from gpulse.faults import NODE_FAULTS, SPELLINGS, parse_fault
+from gpulse.faults import FAULTS, NODE_FAULTS, SPELLINGS, parse_fault
 
 # A node name is the whole target: "/" would name a GPU, and whitespace no node.
 NODE_NAME = r"^[^/\s]+$"
+# The faults a GPU (or every GPU of a node) takes, for the help text.
+GPU_OR_NODE = ", ".join("xid (or xid:<code>)" if name == "xid" else name
+                        for name in FAULTS if name not in NODE_FAULTS and name != "clear")
 
 
 class FaultForm(forms.Form):
@@ -15,8 +18,7 @@ class FaultForm(forms.Form):
     fault = forms.CharField(
         max_length=20,
         # Django renders a help text as HTML: escaped, "<code>" is text, not an unclosed tag.
-        help_text=escape("hot, xid (or xid:<code>), ecc, lost, pcie_degraded, row_remap_pending, nvlink_down, "
-                         "gpu_missing; dead, ib_down, driver_skew (whole node); or clear"),
+        help_text=escape(f"{GPU_OR_NODE}; {', '.join(sorted(NODE_FAULTS))} (whole node); or clear"),
     )
 
     def clean_fault(self) -> str:
@@ -31,5 +33,5 @@ class FaultForm(forms.Form):
         data = super().clean()
         fault = data.get("fault")
         if fault in NODE_FAULTS and data.get("gpu") is not None:
-            self.add_error("gpu", f"'{fault}' stops a whole node; leave the GPU empty")
+            self.add_error("gpu", f"'{fault}' is a fault of a whole node; leave the GPU empty")
         return data
