@@ -152,7 +152,9 @@
   /* A message of /ws/nodes/<name>/: reload when the node's findings or status changed. */
   function nodeMessage(message) {
     const sample = message.sample;
-    const next = JSON.stringify([message.status, sample && sample.health ? sample.health.findings : null]);
+    // A finding is its (check, GPU, status): rate reasons change every sample without a new finding.
+    const findings = sample && sample.health && Array.isArray(sample.health.findings) ? sample.health.findings : null;
+    const next = JSON.stringify([message.status, findings && findings.map(function (f) { return [f.check, f.gpu, f.status]; })]);
     if (fingerprint !== null && next !== fingerprint) {
       load();
       clearTimeout(recheck);
