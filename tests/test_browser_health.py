@@ -84,6 +84,10 @@ def test_the_health_page_lists_failing_then_degraded_longest_first_and_follows_e
         assert first["href"] == "/nodes/sim-03/"
         assert first["cells"][1:5] == ["failing", "GPU count: 7 of 8", "act on GPU count: 7 of 8", "2"]
         assert first["cells"][5] == "10 min ago" and first["since"].endswith(" UTC")
+        # The ages count on every second, in the same rows: a selected reason or a focused link stays.
+        admin_page.evaluate("() => { document.querySelector('#health-table tbody tr').kept = true; }")
+        admin_page.wait_for_timeout(1500)
+        assert admin_page.evaluate("() => document.querySelector('#health-table tbody tr').kept") is True
 
         # One delta: sim-02 recovers, sim-04 degrades; the page follows within a frame.
         delta = {"type": "delta", "seq": snapshot["seq"] + 1, "sent": time.time(), "summary": {}, "nodes": {

@@ -22,6 +22,9 @@
   let socket = null;
   let renderQueued = false;
   let haveFrame = false;
+  // What the rows show, but their ages: rows are rebuilt only when it changes, so a
+  // reason being selected or a link in focus survives the page's every-second update.
+  let listSignature = "";
 
   const model = window.GpulseCluster.create({
     laidOut: function () {},
@@ -56,15 +59,21 @@
     return { counts: counts, listed: listed };
   }
 
+  function sinceText(since) {
+    return F.isNum(since) ? F.age(F.serverClock.now() - since) + " ago" : "—";
+  }
+
   function sinceCell(since) {
-    const td = element("td", "num");
-    if (!F.isNum(since)) {
-      td.textContent = "—";
-      return td;
-    }
-    td.textContent = F.age(F.serverClock.now() - since) + " ago";
-    td.title = F.utcTime(since);
+    const td = element("td", "num since", sinceText(since));
+    if (F.isNum(since)) td.title = F.utcTime(since);
     return td;
+  }
+
+  function signature(listed) {
+    return JSON.stringify(listed.map(function (item) {
+      const h = item.health;
+      return [item.name, h.verdict, h.reason, h.action, h.findings, h.since];
+    }));
   }
 
   function row(item) {
@@ -95,7 +104,16 @@
     const c = found.counts;
     const total = model.names.length;
     els.counts.textContent = c.failing + " failing, " + c.degraded + " degraded, " + c.healthy + " healthy, " + c.unknown + " unknown";
-    els.tbody.replaceChildren.apply(els.tbody, found.listed.map(row));
+    const listed = signature(found.listed);
+    if (listed !== listSignature) {
+      listSignature = listed;
+      els.tbody.replaceChildren.apply(els.tbody, found.listed.map(row));
+    } else {
+      els.tbody.querySelectorAll("td.since").forEach(function (td, k) {
+        const text = sinceText(found.listed[k].health.since);
+        if (td.textContent !== text) td.textContent = text;
+      });
+    }
     els.table.hidden = found.listed.length === 0;
     els.empty.hidden = found.listed.length > 0;
     if (!found.listed.length) {
