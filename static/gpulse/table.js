@@ -111,6 +111,7 @@
       const down = row.status === "down";
       return [
         statusCell(row),
+        healthCell(row),
         element("td", "num", (down ? "no data " : "") + F.age(row.age)),
         gpuCell(row),
         element("td", "num", down ? "—" : F.fixed(row.util, 1)),
@@ -118,7 +119,6 @@
         element("td", "num", down ? "—" : F.fixed(row.power, 0)),
         element("td", "num", down ? "—" : F.fixed(row.mem / 1024, 0) + " / " + F.fixed(rows.memTotal[r] / 1024, 0)),
         probeCell(rows.probe[r]),
-        healthCell(row),
       ];
     }
 
