@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import orjson
 import pytest
 
-from gpulse.health import BY_ID
+from gpulse.health import BY_ID, CHECKS
 from gpulse.keys import Keys
 
 pytestmark = pytest.mark.browser
@@ -213,6 +213,8 @@ def test_nvlink_down_on_one_gpu_fails_its_node_on_the_overview_and_health_page_w
         assert first["id"] == "nvlink_state" and first["cells"][:3] == ["NVLink links", "3", "fail"], panel["checks"]
         assert first["cells"][4] == NVLINK_ACTION
         assert [c["cells"][2] for c in panel["checks"] if c["id"] == "pcie_link"] == ["pass"]
+        passed = [c["id"] for c in panel["checks"] if c["cells"][2] == "pass"]
+        assert passed == [check.id for check in CHECKS if check.id in passed]  # in the catalogue's order
         assert panel["history"][0][1:3] == ["healthy", "failing"], panel["history"]
 
         apply_fault(operator, running_system, "sim-02", 3, "clear")

@@ -19,7 +19,10 @@
   const STATUS_ORDER = { fail: 0, warn: 1, unknown: 2, pass: 3 };
 
   const name = JSON.parse(document.getElementById("node-data").textContent).node;
+  // The catalogue's checks (gpulse/health.py), id -> title, in the catalogue's order.
   const titles = JSON.parse(document.getElementById("check-titles").textContent);
+  const CHECK_ORDER = {};
+  Object.keys(titles).forEach(function (id, k) { CHECK_ORDER[id] = k; });
   const url = "/api/v1/nodes/" + encodeURIComponent(name) + "/health";
 
   const els = {
@@ -107,6 +110,11 @@
     return STATUS_ORDER[status] === undefined ? STATUS_ORDER.unknown : STATUS_ORDER[status];
   }
 
+  // A check this page does not know (a newer ingest) after the known ones.
+  function checkOrder(id) {
+    return CHECK_ORDER[id] === undefined ? Object.keys(CHECK_ORDER).length : CHECK_ORDER[id];
+  }
+
   // Node checks (no GPU) before GPU 0.
   function gpuOrder(gpu) {
     return F.isNum(gpu) ? gpu : -1;
@@ -121,7 +129,7 @@
     els.since.title = F.isNum(since) ? F.utcTime(since) : "";
     const checks = Array.isArray(body.checks) ? body.checks.slice() : [];
     checks.sort(function (a, b) {
-      return statusOrder(a.status) - statusOrder(b.status) || text(a.id).localeCompare(text(b.id)) || gpuOrder(a.gpu) - gpuOrder(b.gpu);
+      return statusOrder(a.status) - statusOrder(b.status) || checkOrder(a.id) - checkOrder(b.id) || gpuOrder(a.gpu) - gpuOrder(b.gpu);
     });
     els.checks.replaceChildren.apply(els.checks, checks.length
       ? checks.map(checkRow)
