@@ -10,6 +10,7 @@ from dashboard.live.ingest import Ingest
 from dashboard.live.models import HealthChange
 from gpulse import health
 from gpulse.keys import Keys
+from tests.samples import sample
 from tests.test_node_health import NVLINK_DOWN, finding, with_health
 
 pytestmark = pytest.mark.django_db
@@ -81,6 +82,18 @@ def test_the_health_hash_is_written_when_a_node_changes_and_only_then(ingest, cl
     send(ingest, clock, with_health("n2"))
     tick(ingest, clock)
     assert stored(redis_client, "n1")["verdict"] == "healthy" and stored(redis_client, "n2") is None
+
+
+def test_a_restarted_ingest_frames_a_down_node_known_from_before_as_unknown(ingest, clock, redis_client, frames):
+    send(ingest, clock, sample("gone"))
+    tick(ingest, clock)
+    redis_client.delete(Keys().health)  # as an ingest before node health left it
+    clock.now += 600
+    restarted = Ingest(redis_client, lambda frame: frames.append(orjson.loads(frame)) or True, clock=clock)
+    restarted.load_known_nodes()
+    restarted.emit(clock.now)
+    assert frames[-1]["nodes"]["gone"]["health"]["verdict"] == "unknown"
+    assert frames[-1]["nodes"]["gone"]["health"]["reason"].startswith("node down")
 
 
 def test_a_forgotten_node_leaves_the_health_hash(ingest, clock, redis_client):

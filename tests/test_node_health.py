@@ -93,6 +93,22 @@ def test_an_unknown_finding_alone_leaves_the_node_healthy():
     assert book.nodes["n1"].frame_entry() == {"verdict": "healthy"}
 
 
+def test_a_node_first_seen_without_health_is_unknown_without_a_verdict_change():
+    book = NodeHealthBook()
+    book.update("quiet", sample("quiet"))
+    assert book.tick(100.0, up("quiet"), []) == ["quiet"]
+    assert book.nodes["quiet"].since == 100.0 and book.take_changes() == []
+
+
+def test_a_node_without_health_that_goes_down_says_so():
+    book = NodeHealthBook()
+    book.update("quiet", sample("quiet"))
+    book.tick(100.0, up("quiet"), [])
+    assert book.nodes["quiet"].frame_entry()["reason"] == "its source runs no health checks"
+    assert book.tick(110.0, up("quiet", status=DOWN), ["quiet"]) == ["quiet"]
+    assert book.nodes["quiet"].frame_entry()["reason"] == "node down: nothing current is known of its health"
+
+
 def test_a_node_without_health_or_down_has_no_verdict():
     book = NodeHealthBook()
     book.update("quiet", sample("quiet"))
@@ -250,5 +266,5 @@ def test_a_malformed_health_entry_in_redis_is_skipped_with_a_log(redis_client, m
     with caplog.at_level(logging.WARNING, logger="gpulse.ingest"):
         second.load_known_nodes()
     assert "node n1: its health in Redis is not valid" in caplog.text
-    assert "n1" not in second.health.nodes
+    assert second.health.nodes["n1"].since is None  # judged afresh
     assert second.health.nodes["n2"].since == now

@@ -188,18 +188,20 @@ class Ingest:
         self.load_health()
 
     def load_health(self) -> None:
-        """Start each known node's health from the hash, so the since-times survive a restart."""
-        for raw_name, raw in self.redis.hgetall(self.keys.health).items():
-            name = raw_name.decode(errors="replace")
-            node = self.state.nodes.get(name)
-            if node is None:
-                continue
+        """Start each known node's health from the hash, so the since-times survive a restart;
+        a node without a valid entry there is judged afresh."""
+        records = self.redis.hgetall(self.keys.health)
+        for name, node in self.state.nodes.items():
+            raw = records.get(name.encode())
             try:
-                record = read_record(raw)
+                record = None if raw is None else read_record(raw)
             except schema.MalformedSample as exc:
                 log.warning("node %s: its health in Redis is not valid, judging it afresh: %s", name, exc)
-                continue
-            self.health.restore(name, record, node.status == DOWN)
+                record = None
+            if record is None:
+                self.health.track(name)
+            else:
+                self.health.restore(name, record, node.status == DOWN)
 
     def read(self, block_ms: int | None) -> int:
         """Read what is new on the stream (one batch; block_ms None: do not wait); return how many entries came."""

@@ -87,6 +87,8 @@ class NodeHealth:
     since: float | None = None  # when it got this verdict; None before its first judgement
     checked: tuple[str, ...] = ()
     findings: dict[FindingKey, Finding] = field(default_factory=dict)
+    # frame_entry(), kept until the node is judged different: every sampled node is framed every tick.
+    framed: dict | None = field(default=None, compare=False, repr=False)
 
     def summary(self) -> dict:
         """verdict, reason and action (the worst finding's), since and the count of warn/fail findings."""
@@ -102,9 +104,9 @@ class NodeHealth:
 
     def frame_entry(self) -> dict:
         """The node's ``health`` in a frame: the verdict alone while healthy."""
-        if self.verdict == health.HEALTHY:
-            return {"verdict": self.verdict}
-        return self.summary()
+        if self.framed is None:
+            self.framed = {"verdict": self.verdict} if self.verdict == health.HEALTHY else self.summary()
+        return self.framed
 
     def record(self) -> dict:
         """What the Redis hash Keys().health holds for the node."""
@@ -198,10 +200,7 @@ class NodeHealthBook:
 
     def update(self, name: str, sample: dict) -> None:
         """Take the node's newest sample: note what changed for the next tick()."""
-        node = self.nodes.get(name)
-        if node is None:
-            node = self.nodes[name] = NodeHealth()
-            self.dirty.add(name)
+        node = self.nodes.get(name) or self.track(name)
         report = sample.get("health")
         if report is None:
             reported, checked = None, ()
@@ -218,6 +217,12 @@ class NodeHealthBook:
             self._count(versions, 1)
             node.versions = versions
             self.dirty.add(name)
+
+    def track(self, name: str) -> NodeHealth:
+        """Start a node with nothing known of its health: judged at the next tick."""
+        node = self.nodes[name] = NodeHealth()
+        self.dirty.add(name)
+        return node
 
     def _count(self, versions: tuple | None, step: int) -> None:
         if versions is None:
@@ -272,6 +277,7 @@ class NodeHealthBook:
         return changed
 
     def _judge(self, name: str, node: NodeHealth, down: bool, now: float) -> bool:
+        changed = down != node.down  # its reason says why it has no verdict
         node.down = down
         if down or node.reported is None:
             wanted: dict[FindingKey, str] = {}
@@ -290,13 +296,16 @@ class NodeHealthBook:
         for key, reason in wanted.items():
             held = node.findings.get(key)
             findings[key] = Finding(reason, now if held is None else held.since)
-        changed = findings != node.findings or checked != node.checked
+        changed = changed or findings != node.findings or checked != node.checked
         node.findings, node.checked = findings, checked
         if verdict != node.verdict or node.since is None:
             old = node.verdict
             node.verdict, node.since = verdict, now
-            self.changes.append(HealthChange(name, now, old, verdict, node.summary()["reason"]))
+            if verdict != old:  # a node first judged "unknown" changed nothing worth a row
+                self.changes.append(HealthChange(name, now, old, verdict, node.summary()["reason"]))
             changed = True
+        if changed:
+            node.framed = None
         return changed
 
     def restore(self, name: str, record: dict, down: bool) -> None:
