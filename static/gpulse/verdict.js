@@ -35,7 +35,7 @@
   /* "GPU 3 NVLink links: link 2 down, 17 up → Drain the node…", for a title. */
   function describe(health) {
     if (health.verdict === "healthy") return "healthy: every check passed";
-    if (health.verdict === "unknown") return "unknown: no health data (node down, or its source runs no checks)";
+    if (health.verdict === "unknown") return "unknown: " + (health.reason || "no health data (node down, or its source runs no checks)");
     let text = health.verdict + ": " + (health.reason || "no reason given");
     if (health.action) text += "\n→ " + health.action;
     if (F.isNum(health.since)) text += "\nsince " + F.utcTime(health.since);
