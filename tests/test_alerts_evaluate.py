@@ -6,6 +6,7 @@ from datetime import UTC
 import pytest
 
 from dashboard.alerts.evaluate import AlertEvaluator, firing_count
+from dashboard.alerts.formats import FORMATS, Event
 from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition
 from dashboard.live.node_health import NodeHealthBook
 from dashboard.live.state import ClusterState, NodeState
@@ -355,9 +356,23 @@ def test_node_health_fires_on_a_failing_node_and_its_reason_carries_the_finding_
     health = judged(state, ("n1", [NVLINK_DOWN]), ("n2", [{**NVLINK_DOWN, "status": "warn"}]))
     assert run(ev, state, T0, health=health) == ["firing"]
     assert ev.firing_targets() == {("n1", None)}
-    reason = Transition.objects.get(alert__rule=rule, new=FIRING).reason
-    assert reason == (f"node.health >= 2 (now 2): GPU 3 NVLink links: link 2 down, 17 up; "
-                      f"action: {action('nvlink_state', 'fail')}")
+    transition = Transition.objects.get(alert__rule=rule, new=FIRING)
+    assert transition.reason == (f"node.health >= 2 (now 2): GPU 3 NVLink links: link 2 down, 17 up; "
+                                 f"action: {action('nvlink_state', 'fail')}")
+    # Every webhook format carries it.
+    event = Event.from_transition(transition)
+    for name, body_format in FORMATS.items():
+        body = body_format.render(event, "ops").decode()
+        assert "link 2 down, 17 up" in body and action("nvlink_state", "fail") in body, name
+
+
+def test_a_long_node_health_reason_is_shortened_so_the_action_stays_in_the_notification(rules, run):
+    rules(metric="node.health", comparison=">=", threshold=1, for_seconds=0)
+    state = cluster(("n1", UP, [gpu(0)]))
+    long = {"check": "row_remap", "gpu": 3, "status": "warn", "reason": "r" * 256}
+    run(AlertEvaluator(), state, T0, health=judged(state, ("n1", [long])))
+    reason = Transition.objects.get(new=FIRING).reason
+    assert len(reason) <= 300 and reason.endswith(f"…; action: {action('row_remap', 'warn')}")
 
 
 def test_node_health_gives_no_value_without_a_verdict(rules, run):

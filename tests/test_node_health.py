@@ -86,6 +86,13 @@ def test_verdicts_and_their_changes_are_recorded_with_the_reason():
     assert book.take_changes() == []
 
 
+def test_a_node_checks_reason_is_not_prefixed_with_a_gpu():
+    book = NodeHealthBook()
+    book.update("n1", with_health("n1", finding("gpu_count", health.FAIL, "GPU 3 missing: 7 of 8 on the bus", gpu=3)))
+    book.tick(100.0, up("n1"), [])
+    assert book.nodes["n1"].frame_entry()["reason"] == "GPU count: GPU 3 missing: 7 of 8 on the bus"
+
+
 def test_an_unknown_finding_alone_leaves_the_node_healthy():
     book = NodeHealthBook()
     book.update("n1", with_health("n1", finding("pcie_link", health.UNKNOWN, "not supported", gpu=0)))
@@ -170,7 +177,7 @@ def test_a_node_whose_driver_differs_from_the_majority_gets_a_version_skew_warni
     assert book.nodes["n9"].verdict == health.HEALTHY
 
 
-def test_version_skew_compares_cuda_and_gpu_model_and_a_tie_flags_no_one():
+def test_version_skew_compares_cuda_and_gpu_model_and_without_a_majority_flags_no_one():
     book = NodeHealthBook()
     for i in range(3):
         book.update(f"n{i}", with_health(f"n{i}", driver="550.54.15", cuda="12.4", model="NVIDIA H100 80GB HBM3"))
@@ -185,6 +192,13 @@ def test_version_skew_compares_cuda_and_gpu_model_and_a_tie_flags_no_one():
     tie.update("b", with_health("b", driver="535.104.05"))
     tie.tick(100.0, up("a", "b"), [])
     assert tie.nodes["a"].verdict == tie.nodes["b"].verdict == health.HEALTHY
+
+    mixed = NodeHealthBook()  # the most common model on 2 of 5 nodes is no majority
+    models = ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "NVIDIA L4")
+    for i, model in enumerate(models):
+        mixed.update(f"m{i}", with_health(f"m{i}", driver="550.54.15", model=model))
+    mixed.tick(100.0, up(*(f"m{i}" for i in range(5))), [])
+    assert {node.verdict for node in mixed.nodes.values()} == {health.HEALTHY}
 
 
 def test_the_majority_is_counted_as_nodes_change_and_are_forgotten():

@@ -44,3 +44,10 @@ def test_the_contract_benchmark_times_every_way_of_reading_a_sample():
     assert figures["samples"] == 20
     assert 0 < figures["json_only_us_per_sample"] < figures["checked_us_per_sample"]
     assert figures["now_us_per_sample"] > 0 and figures["before_us_per_sample"] > 0
+
+
+def test_the_node_health_benchmark_times_a_tick():
+    done = run("-m", "devtools.bench_node_health", "--nodes", "200", "--ticks", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["nodes"] == 200 and 0 < figures["tick_ms_median"] <= figures["tick_ms_max"]

@@ -100,15 +100,23 @@ def node_value(metric: str, node, health=None) -> int | None:
     return 1 if node.status in (STALE, DOWN) else 0
 
 
+# A transition's reason holds 300 characters: the condition (~70), the finding, then the
+# action (up to ~105 with its label), which must not be the part cut off.
+DETAIL_REASON = 120
+
+
 def health_detail(metric: str, health) -> str:
     """node.health's reason and action, to end the alert's reason (and so the webhook's message)."""
     if metric != "node.health" or health is None:
         return ""
-    summary = health.summary()
-    if not summary["reason"]:
+    summary = health.frame_entry()  # built once per change, not per rule and tick
+    reason = summary.get("reason")
+    if not reason:
         return ""
+    if len(reason) > DETAIL_REASON:
+        reason = reason[:DETAIL_REASON - 1] + "…"
     action = f"; action: {summary['action']}" if summary["action"] else ""
-    return f": {summary['reason']}{action}"
+    return f": {reason}{action}"
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,9 @@ class Finding:
 
 def finding_text(check_id: str, gpu: int | None, reason: str) -> str:
     """A finding as one line: "GPU 3 NVLink links: link 2 down, 17 up"."""
-    title = health.BY_ID[check_id].title
-    where = title if gpu is None else f"GPU {gpu} {title}"
+    check = health.BY_ID[check_id]
+    # A node check's reason names its GPUs itself (gpu_count: "GPU 3 missing: 7 of 8 on the bus").
+    where = check.title if gpu is None or check.scope != health.GPU else f"GPU {gpu} {check.title}"
     return f"{where}: {reason}" if reason else where
 
 
@@ -242,11 +243,13 @@ class NodeHealthBook:
     def _majorities(self) -> tuple:
         majority: list[tuple | None] = []
         for counter in self.versions:
-            top = counter.most_common(2)
-            if not top or len(top) == 2 and top[0][1] == top[1][1]:
-                majority.append(None)  # nothing to compare, or a tie: no side is the odd one out
+            top, total = counter.most_common(1), counter.total()
+            # More than half the nodes, not merely the most: a fleet of several GPU models in
+            # like numbers (or a tie between two drivers) has no odd one out to flag.
+            if top and 2 * top[0][1] > total:
+                majority.append((top[0][0], top[0][1], total))
             else:
-                majority.append((top[0][0], top[0][1], counter.total()))
+                majority.append(None)
         return tuple(majority)
 
     def skew(self, versions: tuple | None) -> str:
