@@ -1,7 +1,8 @@
 /* The /health/ page: every degraded or failing node, worst first, from the same
  * frames as the overview (/ws/cluster/, kept by cluster.js), so a verdict change
  * shows with the next frame. Built from DOM nodes and text only: reasons are the
- * node's words.
+ * node's words. window.gpulseHealth holds the render times (as window.gpulse does
+ * on the overview).
  */
 (function () {
   "use strict";
@@ -25,6 +26,7 @@
   // What the rows show, but their ages: rows are rebuilt only when it changes, so a
   // reason being selected or a link in focus survives the page's every-second update.
   let listSignature = "";
+  const timings = (window.gpulseHealth = { renders: 0, lastRenderMs: 0, maxRenderMs: 0 });
 
   const model = window.GpulseCluster.create({
     laidOut: function () {},
@@ -100,6 +102,7 @@
   function render() {
     renderQueued = false;
     if (!haveFrame) return;
+    const started = performance.now();
     const found = collect();
     const c = found.counts;
     const total = model.names.length;
@@ -121,6 +124,9 @@
         ? "All " + total + " nodes healthy"
         : "No degraded or failing node; " + c.unknown + " of " + total + " unknown (down, or no health checks)";
     }
+    timings.renders += 1;
+    timings.lastRenderMs = performance.now() - started;
+    timings.maxRenderMs = Math.max(timings.maxRenderMs, timings.lastRenderMs);
   }
 
   function queueRender() {
