@@ -7,12 +7,10 @@
   "use strict";
 
   const F = window.GpulseFormat;
-  const VERDICTS = ["failing", "degraded", "healthy", "unknown"];
   // Sort order, worst first; unknown (down, or no checks) after the checked nodes.
   const RANK = { failing: 0, degraded: 1, healthy: 2, unknown: 3 };
   // The heatmap's value of each verdict (the rule metric node.health); unknown has none.
   const LEVEL = { healthy: 0, degraded: 1, failing: 2 };
-  const SHORT = { failing: "FAIL", degraded: "DEGR", healthy: "OK", unknown: "?" };
   const UNKNOWN = { verdict: "unknown", reason: "", action: "", since: NaN, findings: 0 };
 
   /* A frame entry's health, every field checked: an entry without one is "unknown". */
@@ -51,7 +49,5 @@
     return el;
   }
 
-  window.GpulseVerdict = {
-    VERDICTS: VERDICTS, RANK: RANK, LEVEL: LEVEL, SHORT: SHORT, read: read, same: same, describe: describe, badge: badge,
-  };
+  window.GpulseVerdict = { RANK: RANK, LEVEL: LEVEL, read: read, same: same, describe: describe, badge: badge };
 })();
