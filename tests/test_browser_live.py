@@ -30,7 +30,7 @@ NODE_TABLE = """() => Array.from(document.querySelectorAll("#node-table tbody tr
   tr => Array.from(tr.cells).map(td => td.textContent.trim()))"""
 DISPLAYED_NUMBERS = """() => ({frames: gpulse.frames, numbers: [
   ...["kpi-util", "kpi-power", "kpi-mem"].map(id => document.getElementById(id).textContent),
-  ...Array.from(document.querySelectorAll("#node-table tbody tr")).map(tr => tr.cells[6].textContent)]})"""
+  ...Array.from(document.querySelectorAll("#node-table tbody tr")).map(tr => tr.cells[7].textContent)]})"""
 LIVE_CHARTS = """() => ["live-util", "live-mem", "live-temp", "live-power"].map(id => {
   const gd = document.getElementById(id);
   return gd.data ? gd.data.map(t => t.y.filter(v => v !== null).length) : null;
@@ -85,7 +85,7 @@ def test_the_overview_shows_every_gpu_and_its_numbers_change_live(admin_page, ru
     assert re.fullmatch(r"\d+ W|\d+\.\d kW", admin_page.text_content("#kpi-power"))
     assert re.fullmatch(r"\d+\.\d GiB", admin_page.text_content("#kpi-mem"))
     assert admin_page.text_content("#kpi-alerts").isdigit()
-    assert [len(row) for row in admin_page.evaluate(NODE_TABLE)] == [9] * running_system.nodes
+    assert [len(row) for row in admin_page.evaluate(NODE_TABLE)] == [10] * running_system.nodes
 
     before = admin_page.evaluate(DISPLAYED_NUMBERS)
     time.sleep(3)
@@ -145,10 +145,10 @@ def test_the_node_table_sorts_and_leads_to_the_node(admin_page, running_system):
     open_overview(admin_page, running_system)
     admin_page.wait_for_function("() => document.querySelectorAll('#node-table tbody tr').length === 4")
     admin_page.click('#node-table th[data-key="power"]')
-    powers = [float(row[6]) for row in admin_page.evaluate(NODE_TABLE)]
+    powers = [float(row[7]) for row in admin_page.evaluate(NODE_TABLE)]
     assert powers == sorted(powers, reverse=True)
     admin_page.click('#node-table th[data-key="power"]')
-    powers = [float(row[6]) for row in admin_page.evaluate(NODE_TABLE)]
+    powers = [float(row[7]) for row in admin_page.evaluate(NODE_TABLE)]
     assert powers == sorted(powers)
     admin_page.click('#node-table th[data-key="name"]')
     assert [row[0] for row in admin_page.evaluate(NODE_TABLE)] == ["sim-01", "sim-02", "sim-03", "sim-04"]
@@ -230,7 +230,8 @@ def test_lost_gpus_and_dead_nodes_are_marked_never_shown_as_current(admin_page, 
         assert admin_page.text_content("#kpi-lost") == "1 lost · 8 on down nodes"
         admin_page.wait_for_selector("#node-table tr.row-down[data-node='sim-04']")
         row = next(row for row in admin_page.evaluate(NODE_TABLE) if row[0] == "sim-04")
-        assert row[1] == "down" and row[2].startswith("no data") and row[4:8] == ["—", "—", "—", "—"]
+        assert row[1] == "down" and row[2] == "unknown"  # a down node has no health verdict
+        assert row[3].startswith("no data") and row[5:9] == ["—", "—", "—", "—"]
 
         admin_page.goto(running_system.base_url + "/nodes/sim-04/")
         admin_page.wait_for_selector("#node-banner:not([hidden])")
@@ -261,18 +262,19 @@ def test_a_node_whose_probe_falls_below_its_median_is_flagged_low(admin_page, ru
     try:
         for k, busbw in enumerate([10.0, 10.4, 9.8, 10.2]):
             publish_probe(client, keys, probe_record("sim-03", now - 300 + k * 60, busbw))
-        admin_page.wait_for_selector("#node-table tr[data-node='sim-03'] td:nth-child(9):has-text('10.2')")
+        admin_page.wait_for_selector("#node-table tr[data-node='sim-03'] td:nth-child(10):has-text('10.2')")
         assert "LOW" not in admin_page.text_content("#node-table tbody")
 
         publish_probe(client, keys, probe_record("sim-03", now, 4.0))  # 60 % below its median of 10.1
-        admin_page.wait_for_selector("#node-table tr[data-node='sim-03'] td:nth-child(9) .tag-alert")
-        cell = admin_page.locator("#node-table tr[data-node='sim-03'] td:nth-child(9)")
+        admin_page.wait_for_selector("#node-table tr[data-node='sim-03'] td:nth-child(10) .tag-alert")
+        cell = admin_page.locator("#node-table tr[data-node='sim-03'] td:nth-child(10)")
         assert cell.text_content().strip() == "4.0 LOW"
         assert cell.get_attribute("title") == "4.0 GB/s vs median 10.1 GB/s"
         heat = wait_for_heatmap(admin_page, "h.labels[2].includes('⚠ probe')")
-        assert [label for label in heat["labels"] if "probe" in label] == ["sim-03  ⚠ probe"]
+        # The label may go on with sim-03's health verdict: an earlier test's Xid 79 fails it for 15 minutes.
+        assert [label[:15] for label in heat["labels"] if "probe" in label] == ["sim-03  ⚠ probe"]
         others = [row for row in admin_page.evaluate(NODE_TABLE) if row[0] != "sim-03"]
-        assert all("LOW" not in row[8] for row in others), others
+        assert all("LOW" not in row[9] for row in others), others
     finally:
         # A normal probe clears the flag, so the rest of the session sees a healthy fleet.
         publish_probe(client, keys, probe_record("sim-03", time.time(), 10.0))

@@ -82,7 +82,9 @@ LOGOUT_BUTTON = """() => {
 READY = {
     "overview": "() => window.gpulse && window.gpulse.frames > 0"
                 " && document.querySelectorAll('#node-table tbody tr').length === 4",
-    "node": "() => document.querySelectorAll('#gpu-table tbody tr').length > 0",
+    "node": "() => document.querySelectorAll('#gpu-table tbody tr').length > 0"
+            " && document.querySelectorAll('#health-checks tbody tr').length > 0",
+    "health": "() => /\\d+ healthy/.test(document.getElementById('health-counts').textContent)",
 }
 
 
@@ -145,6 +147,7 @@ def page_paths(admin_context, running_system) -> dict[str, str]:
     return {
         "login": "/accounts/login/",
         "overview": "/",
+        "health": "/health/",
         "node": "/nodes/sim-01/",
         "benchmarks": "/benchmarks/",
         "job": job,
@@ -216,6 +219,8 @@ def test_the_status_and_severity_colours_are_readable(chromium, running_system, 
           const html = `
             <span class="status status-up">up</span><span class="status status-stale">stale</span>
             <span class="status status-down">down</span><span class="status status-unknown">queued</span>
+            <span class="verdict verdict-healthy">healthy</span><span class="verdict verdict-degraded">degraded</span>
+            <span class="verdict verdict-failing">failing</span><span class="verdict verdict-unknown">unknown</span>
             <p class="muted">muted</p><span class="na">not supported</span><a href="#">link</a>
             <table class="table"><tbody>
               <tr class="status-firing"><td class="severity-critical">critical</td>
@@ -236,7 +241,7 @@ def test_the_status_and_severity_colours_are_readable(chromium, running_system, 
           holder.innerHTML = html;
           main.prepend(holder);
           const pick = holder.querySelectorAll(
-            ".status, .muted, .na, a, td, td span, .messages li, .empty, .helptext, .frame-age");
+            ".status, .verdict, .muted, .na, a, td, td span, .messages li, .empty, .helptext, .frame-age");
           const opaque = c => c !== "rgba(0, 0, 0, 0)" && c !== "transparent";
           return Array.from(pick).map(el => {
             let bg = null, opacity = 1;

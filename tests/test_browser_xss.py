@@ -199,3 +199,66 @@ def test_hostile_alert_and_job_values_run_nothing(watched_page, running_system):
             "Rule.objects.filter(name__startswith='xss ').delete()\n"
             f"BenchmarkJob.objects.filter(pk__in=[{done}, {live}]).delete()\n",
         )
+
+
+def test_hostile_health_reasons_run_nothing_on_the_health_overview_and_node_pages(watched_page, running_system):
+    client, keys = running_system.redis(), Keys()
+    now = time.time()
+    ingest = running_system.process("ingest")
+    # Held, so its next tick does not overwrite the hostile verdicts before the browser reads them.
+    os.kill(ingest.pid, signal.SIGSTOP)
+    try:
+        snapshot = orjson.loads(client.get(keys.snapshot))
+        snapshot["nodes"]["sim-01"]["health"] = {"verdict": "failing", "reason": HOSTILE, "action": IMG,
+                                                 "since": now - 60, "findings": 1}
+        snapshot["nodes"]["sim-02"]["health"] = {"verdict": "degraded", "reason": SVG + HREF_JS, "action": LINK,
+                                                 "since": now, "findings": 1}
+        client.set(keys.snapshot, orjson.dumps(snapshot))
+        open_checked(watched_page, running_system.base_url + "/health/",
+                     "document.querySelectorAll('#health-table tbody tr').length === 2")
+        assert HOSTILE in watched_page.text_content("#health-table tbody")  # shown, as text
+        assert_nothing_ran(watched_page)
+        open_checked(watched_page, running_system.base_url + "/",
+                     "document.querySelector('#node-table .verdict-failing')"
+                     " && document.getElementById('heatmap').data")
+        assert HOSTILE in watched_page.get_attribute("#node-table .verdict-failing", "title")
+        watched_page.select_option("#heat-metric", "health")
+        spot = watched_page.evaluate("""() => {
+          const gd = document.getElementById("heatmap"), size = gd._fullLayout._size,
+            box = gd.getBoundingClientRect();
+          return {x: box.left + size.l + gd._fullLayout.xaxis.l2p(0),
+                  y: box.top + size.t + gd._fullLayout.yaxis.l2p(0)};
+        }""")
+        watched_page.mouse.move(spot["x"], spot["y"], steps=2)
+        watched_page.wait_for_selector("#heat-tooltip:not([hidden])")
+        assert HOSTILE in watched_page.text_content("#heat-tooltip")
+        assert_nothing_ran(watched_page)
+    finally:
+        os.kill(ingest.pid, signal.SIGCONT)
+
+    # The node page's Health panel: a hostile node's reasons in its checks and its verdict history.
+    sample = orjson.loads(client.get(keys.node("sim-01")))
+    sample.update(node=PAGE_NODE, ts=time.time(), interval=60.0)
+    record = {"verdict": "failing", "since": now - 60, "checked": ["nvlink_state", "pcie_link"],
+              "findings": [{"check": "nvlink_state", "gpu": 3, "status": "fail", "reason": HOSTILE, "action": IMG,
+                            "since": now - 60}]}
+    client.set(keys.node(PAGE_NODE), orjson.dumps(sample), ex=600)
+    client.hset(keys.known_nodes, PAGE_NODE, json.dumps({"ts": sample["ts"], "interval": 60.0}))
+    client.hset(keys.health, PAGE_NODE, orjson.dumps(record))
+    changes = ("from dashboard.live.models import HealthChange as H\n"
+               f"H.objects.filter(node={PAGE_NODE!r}).delete()\n")
+    running_system.stack.manage("shell", "-c", changes + "from django.utils import timezone\n"
+                                f"H.objects.create(node={PAGE_NODE!r}, at=timezone.now(), old='healthy', new='failing',"
+                                f" reason={SVG + HOSTILE!r})\n")
+    try:
+        open_checked(watched_page, f"{running_system.base_url}/nodes/{quote(PAGE_NODE, safe='')}/",
+                     "document.querySelector('#health-checks tbody tr[data-check=\"nvlink_state\"]')"
+                     " && document.querySelectorAll('#health-history tbody tr').length === 1")
+        assert HOSTILE in watched_page.text_content("#health-checks tbody")
+        assert SVG + HOSTILE in watched_page.text_content("#health-history tbody")
+        assert_nothing_ran(watched_page)
+    finally:
+        client.delete(keys.node(PAGE_NODE))
+        client.hdel(keys.known_nodes, PAGE_NODE)
+        client.hdel(keys.health, PAGE_NODE)
+        running_system.stack.manage("shell", "-c", changes)

@@ -220,8 +220,8 @@ def test_ingest_consumes_as_its_user_and_its_frames_reach_the_web_user(acl, sett
     assert acl.admin.xpending(KEYS.telemetry, "ingest")["pending"] == 0  # acknowledged
     assert b"gpu-01" in acl.admin.get(KEYS.snapshot)
     assert acl.admin.hexists(KEYS.known_nodes, "gpu-01")
-    assert acl.admin.hexists(KEYS.health, "gpu-01")
     assert acl.admin.llen(KEYS.recent("gpu-01")) == 1
+    assert orjson.loads(acl.admin.hget(KEYS.health, "gpu-01"))["verdict"] == "unknown"  # its source runs no checks
     assert received and received[0]["type"] == "cluster.frame" and "gpu-01" in received[0]["text"]
 
 

@@ -5,8 +5,12 @@ from django.views.decorators.http import require_GET
 
 from dashboard.live.cluster import read_node
 from dashboard.live.health import health
+from gpulse.health import CHECKS
 
-HEATMAP_METRICS = (("util", "Utilization %"), ("temp", "Temperature °C"), ("power", "Power W"), ("mem", "Memory %"))
+HEATMAP_METRICS = (
+    ("util", "Utilization %"), ("temp", "Temperature °C"), ("power", "Power W"), ("mem", "Memory %"),
+    ("health", "Health"),
+)
 HISTORY_RANGES = (("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"), ("7d", "7 days"))
 
 
@@ -20,7 +24,13 @@ def node_detail(request, name):
     node = read_node(name)
     if node is None:
         raise Http404(f"gpulse has no data for a node named {name!r}")
-    return render(request, "live/node.html", {"node": node, "ranges": HISTORY_RANGES})
+    titles = {check.id: check.title for check in CHECKS}
+    return render(request, "live/node.html", {"node": node, "ranges": HISTORY_RANGES, "check_titles": titles})
+
+
+@require_GET
+def health_list(request):
+    return render(request, "live/health.html")
 
 
 @login_not_required

@@ -2,7 +2,8 @@
  *
  * The handler only writes numbers into typed arrays laid out per snapshot
  * (row = node in name order, column = GPU index), so an 8,000-GPU cluster costs
- * one array walk per frame. The heatmap, KPIs and table read these arrays.
+ * one array walk per frame. The heatmap, KPIs, table and health page read these
+ * arrays (rows.health: each node's verdict, verdict.js).
  */
 (function () {
   "use strict";
@@ -118,6 +119,7 @@
       cells.model = new Array(n * cols).fill("");
       rows.status = new Array(n).fill("down");
       rows.probe = new Array(n).fill(null);
+      rows.health = new Array(n).fill(window.GpulseVerdict.read(null));
       rows.ts = new Float64Array(n);
       rows.skew = new Float64Array(n).fill(NaN); // seconds the node's clock is off, NaN while within bounds
       ["gpus", "reporting", "lost", "utilSum", "utilN", "maxTemp", "power", "powerLimit", "memUsed", "memTotal"].forEach(
@@ -175,6 +177,10 @@
       // Probes come every few minutes: redraw only when this node's verdict or reading changes.
       if (!before !== !probe || (probe && (probe.low !== before.low || probe.ts !== before.ts))) model.tableChanged = true;
       rows.probe[r] = probe;
+      // A verdict or its reason changing shows at once, like a node going down.
+      const health = window.GpulseVerdict.read(entry.health);
+      if (!window.GpulseVerdict.same(health, rows.health[r])) model.tableChanged = true;
+      rows.health[r] = health;
       const skew = F.numberOrNaN(entry.skew);
       if (skew !== rows.skew[r] && (skew === skew || rows.skew[r] === rows.skew[r])) model.tableChanged = true;
       rows.skew[r] = skew;

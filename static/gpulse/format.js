@@ -1,5 +1,5 @@
 /* Shared by gpulse's live pages: number formatting, and escaping of the values
- * nodes send (every string in a sample is the node's to choose). */
+ * nodes send (every string in a sample is the node's to choose), node links. */
 (function () {
   "use strict";
 
@@ -102,6 +102,11 @@
     return String(text).replace(/[&<>]/g, function (c) { return ESCAPES[c]; });
   }
 
+  /* The node page of ``name`` (names are the node's to choose: encoded). */
+  function nodeUrl(name) {
+    return "/nodes/" + encodeURIComponent(name) + "/";
+  }
+
   // Node names sort like people read them: sim-2 before sim-10.
   const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: "base" });
 
@@ -135,6 +140,7 @@
     escapeHtml: escapeHtml,
     plotlyText: plotlyText,
     compareNames: collator.compare,
+    nodeUrl: nodeUrl,
     serverClock: serverClock,
   };
 })();

@@ -1,13 +1,19 @@
 /* The overview's heatmap of every GPU: one Plotly heatmap trace whose z is
  * restyled in place each frame, dots on flagged GPUs in dense layouts, and
  * our own tooltip, which follows the pointer and refreshes with every frame.
- * A node whose bandwidth probe is low is flagged on its row label.
+ * A node whose bandwidth probe is low, or whose health verdict is degraded or
+ * failing, is flagged on its row label.
  */
 (function () {
   "use strict";
 
   const F = window.GpulseFormat;
   const FLAG = window.GpulseFrames.FLAG;
+  const V = window.GpulseVerdict;
+  // Health mode: z is the verdict's level (0 healthy, 1 degraded, 2 failing); each
+  // cell also says it in words, and the row label marks the node.
+  const LEVEL_NAMES = ["healthy", "degraded", "failing"];
+  const LEVEL_TEXT = ["", "DEGR", "FAIL"];
 
   // Rows shorter than this get no numbers in the cells and dots instead of tags.
   const COMPACT_ROW_PX = 18;
@@ -19,6 +25,9 @@
     temp: [[0, "#ffffcc"], [0.35, "#fed976"], [0.6, "#fd8d3c"], [0.8, "#e31a1c"], [1, "#800026"]],
     power: [[0, "#fcfbfd"], [0.3, "#dadaeb"], [0.6, "#9e9ac8"], [0.8, "#6a51a3"], [1, "#3f007d"]],
     mem: [[0, "#f7fcf5"], [0.3, "#c7e9c0"], [0.6, "#74c476"], [0.8, "#238b45"], [1, "#00441b"]],
+    // Steps, not a gradient: light green, amber, dark red (white text on it; failing
+    // against healthy over 3:1), and the verdict's word in every unhealthy cell.
+    health: [[0, "#d5f2dd"], [0.25, "#d5f2dd"], [0.25, "#f59e0b"], [0.75, "#f59e0b"], [0.75, "#b42318"], [1, "#b42318"]],
   };
 
   function rowPixels(n) {
@@ -66,6 +75,17 @@
             label: "Power", unit: "% of limit", zmin: 0, zmax: 100,
             value: function (i) { return (100 * cells.power[i]) / cells.powerLimit[i]; },
           };
+        case "health":
+          return {
+            label: "Health", unit: "", zmin: 0, zmax: 2, minLabel: "healthy", maxLabel: "failing",
+            value: function (i) {
+              if (!cells.present[i]) return NaN;
+              const level = V.LEVEL[rows.health[Math.floor(i / model.cols)].verdict];
+              return level === undefined ? NaN : level; // unknown: no data
+            },
+            cellText: function (v) { return LEVEL_TEXT[v]; },
+            valueText: function (v) { return LEVEL_NAMES[v]; },
+          };
         case "mem":
           return {
             label: "Memory used", unit: "%", zmin: 0, zmax: 100,
@@ -111,7 +131,8 @@
         if (text) {
           const flags = cells.flags[i];
           const tags = down || !flags ? "" : tagText(flags);
-          text[g] = flags & FLAG.LOST ? tags : (known ? Math.round(v) : "") + (tags ? "<br>" + tags : "");
+          const shown = !known ? "" : spec.cellText ? spec.cellText(v) : Math.round(v);
+          text[g] = flags & FLAG.LOST ? tags : shown + (tags ? "<br>" + tags : "");
         }
       }
       dirty.cells = dirty.labels = dirty.dots = true;
@@ -184,9 +205,10 @@
         vals.push(r);
         const status = rows.status[r];
         const probe = rows.probe[r];
+        const verdict = rows.health[r].verdict;
         // Node names are the node's to choose: escaped, or Plotly renders their tags.
         text.push(F.plotlyText(model.names[r]) + (status === "up" ? "" : status === "down" ? "  ✕ down" : "  ⚠ stale") +
-          (probe && probe.low ? "  ⚠ probe" : ""));
+          (probe && probe.low ? "  ⚠ probe" : "") + (verdict === "failing" ? "  ✖ failing" : verdict === "degraded" ? "  ⚠ degraded" : ""));
       }
       return { vals: vals, text: text };
     }
@@ -244,8 +266,8 @@
     function showScale() {
       const stops = (SCALES[view.metric] || SCALES.util).map(function (stop) { return stop[1] + " " + stop[0] * 100 + "%"; });
       els.scaleBar.style.background = "linear-gradient(to right, " + stops.join(", ") + ")";
-      els.scaleMin.textContent = spec.zmin + " " + spec.unit;
-      els.scaleMax.textContent = spec.zmax + " " + spec.unit;
+      els.scaleMin.textContent = spec.minLabel || spec.zmin + " " + spec.unit;
+      els.scaleMax.textContent = spec.maxLabel || spec.zmax + " " + spec.unit;
     }
 
     function draw() {
@@ -362,7 +384,8 @@
         return parts;
       }
       const v = z[cell.r][cell.g];
-      line(spec.label + ": ", span("b", "", v === null ? "not reported" : F.fixed(v, 0) + " " + spec.unit));
+      const valueText = v === null ? "not reported" : spec.valueText ? spec.valueText(v) : F.fixed(v, 0) + " " + spec.unit;
+      line(spec.label + ": ", span("b", "", valueText));
       line("util " + F.fixed(cells.util[i], 0) + " % · " + F.fixed(cells.temp[i], 0) + " °C");
       line("power " + F.fixed(cells.power[i], 0) + " / " + F.fixed(cells.powerLimit[i], 0) + " W");
       line("memory " + F.fixed(cells.memUsed[i] / 1024, 1) + " / " + F.fixed(cells.memTotal[i] / 1024, 1) + " GiB");
@@ -373,6 +396,11 @@
       if (flags & FLAG.ECC) tags.push("uncorrected ECC errors");
       if (flags & FLAG.THROTTLED) tags.push("power/thermal slowdown");
       if (tags.length) line(span("span", "status-stale", tags.join(", ")));
+      const health = rows.health[cell.r];
+      if (health.verdict === "failing" || health.verdict === "degraded") {
+        line(span("span", health.verdict === "failing" ? "status-down" : "status-stale", health.verdict), ": " + (health.reason || "no reason given"));
+        if (health.action) line("→ " + health.action);
+      }
       const probe = rows.probe[cell.r];
       if (probe && probe.low) line(span("span", "status-down", "probe LOW"), ": " + window.GpulseCluster.describeProbe(probe));
       return parts;

@@ -216,6 +216,7 @@
   function onMessage(text) {
     const message = JSON.parse(text);
     if (message.type !== "node") return;
+    window.GpulseNodeHealth.nodeMessage(message);
     if (message.error) {
       live.error = message.error;
       renderStatus();

@@ -62,7 +62,7 @@
     resync: resync,
   });
   const heatmap = window.GpulseHeatmap.create(model, view, els, function (name) {
-    location.href = window.GpulseNodeTable.nodeUrl(name);
+    location.href = F.nodeUrl(name);
   });
   const table = window.GpulseNodeTable.create(model, view, els);
 

@@ -7,12 +7,11 @@
   "use strict";
 
   const F = window.GpulseFormat;
+  const V = window.GpulseVerdict;
   const TABLE_MAX_ROWS = 200;
   const STATUS_RANK = { down: 0, stale: 1, up: 2 };
 
-  function nodeUrl(name) {
-    return "/nodes/" + encodeURIComponent(name) + "/";
-  }
+  const nodeUrl = F.nodeUrl;
 
   function element(tag, className, text) {
     const el = document.createElement(tag);
@@ -36,6 +35,7 @@
           r: r,
           name: name,
           status: rows.status[r],
+          health: V.RANK[rows.health[r].verdict],
           age: now - rows.ts[r],
           gpus: rows.gpus[r],
           util: rows.utilN[r] ? rows.utilSum[r] / rows.utilN[r] : NaN,
@@ -98,12 +98,20 @@
       return td;
     }
 
+    /* The verdict as a badge, the reason and action in its title. */
+    function healthCell(row) {
+      const td = element("td");
+      td.append(V.badge(rows.health[row.r]));
+      return td;
+    }
+
     /* The cells after the name, built afresh; updateRow keeps those that show the same. */
     function valueCells(row) {
       const r = row.r;
       const down = row.status === "down";
       return [
         statusCell(row),
+        healthCell(row),
         element("td", "num", (down ? "no data " : "") + F.age(row.age)),
         gpuCell(row),
         element("td", "num", down ? "—" : F.fixed(row.util, 1)),
@@ -184,8 +192,9 @@
       const th = event.target.closest("th[data-key]");
       if (!th) return;
       const key = th.dataset.key;
-      // Names read best A→Z; for numbers the largest (hottest, busiest) first.
-      view.sortDir = key === view.sortKey ? -view.sortDir : key === "name" || key === "status" ? 1 : -1;
+      // Names read best A→Z, status and health worst first; for numbers the largest (hottest, busiest) first.
+      const ascending = key === "name" || key === "status" || key === "health";
+      view.sortDir = key === view.sortKey ? -view.sortDir : ascending ? 1 : -1;
       view.sortKey = key;
       markSortedHeader();
       render();
@@ -204,5 +213,5 @@
     return { render: render, maxRows: TABLE_MAX_ROWS };
   }
 
-  window.GpulseNodeTable = { create: create, nodeUrl: nodeUrl };
+  window.GpulseNodeTable = { create: create };
 })();
