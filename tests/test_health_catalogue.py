@@ -22,10 +22,11 @@ def test_the_docs_name_every_check(doc):
     assert [check_id for check_id in health.CHECK_IDS if f"`{check_id}`" not in text] == []
 
 
-def test_the_readme_gives_every_checks_source_and_action_as_the_catalogue_has_them():
+def test_the_readme_gives_every_checks_rule_source_and_action_as_the_catalogue_has_them():
     readme = (ROOT / "README.md").read_text()
     for check in health.CHECKS:
-        assert check.source in readme and (check.fail_action in readme or check.warn_action in readme), check.id
+        assert check.rule in readme and check.source in readme, check.id
+        assert check.fail_action in readme or check.warn_action in readme, check.id
 
 
 def test_the_action_comes_from_the_catalogue_and_only_for_warn_and_fail():
