@@ -177,28 +177,21 @@ def test_a_node_whose_driver_differs_from_the_majority_gets_a_version_skew_warni
     assert book.nodes["n9"].verdict == health.HEALTHY
 
 
-def test_version_skew_compares_cuda_and_gpu_model_and_without_a_majority_flags_no_one():
+def test_version_skew_compares_cuda_but_not_the_gpu_model_and_without_a_majority_flags_no_one():
     book = NodeHealthBook()
     for i in range(3):
         book.update(f"n{i}", with_health(f"n{i}", driver="550.54.15", cuda="12.4", model="NVIDIA H100 80GB HBM3"))
+    # An A100 among H100s is a partition, not skew; its older CUDA is.
     book.update("n3", with_health("n3", driver="550.54.15", cuda="12.2", model="NVIDIA A100-SXM4-80GB"))
     book.tick(100.0, up("n0", "n1", "n2", "n3"), [])
     assert book.nodes["n3"].findings[("version_skew", None, "warn")].reason == (
-        "CUDA 12.2, the cluster runs 12.4 (3 of 4 nodes); "
-        "GPU model NVIDIA A100-SXM4-80GB, the cluster runs NVIDIA H100 80GB HBM3 (3 of 4 nodes)")
+        "CUDA 12.2, the cluster runs 12.4 (3 of 4 nodes)")
 
-    tie = NodeHealthBook()
+    tie = NodeHealthBook()  # half the fleet upgraded: no majority, no one flagged
     tie.update("a", with_health("a", driver="550.54.15"))
     tie.update("b", with_health("b", driver="535.104.05"))
     tie.tick(100.0, up("a", "b"), [])
     assert tie.nodes["a"].verdict == tie.nodes["b"].verdict == health.HEALTHY
-
-    mixed = NodeHealthBook()  # the most common model on 2 of 5 nodes is no majority
-    models = ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "NVIDIA L4")
-    for i, model in enumerate(models):
-        mixed.update(f"m{i}", with_health(f"m{i}", driver="550.54.15", model=model))
-    mixed.tick(100.0, up(*(f"m{i}" for i in range(5))), [])
-    assert {node.verdict for node in mixed.nodes.values()} == {health.HEALTHY}
 
 
 def test_the_majority_is_counted_as_nodes_change_and_are_forgotten():

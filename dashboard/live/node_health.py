@@ -30,7 +30,8 @@ FindingKey = tuple[str, int | None, str]  # (check, gpu or None, status)
 
 SKEW = "version_skew"
 # What version_skew compares, as its reason names them; the node's versions are kept in this order.
-VERSION_LABELS = ("driver", "CUDA", "GPU model")
+# Not the GPU model: clusters run partitions of several models on purpose.
+VERSION_LABELS = ("driver", "CUDA")
 # The worst finding first: fail, warn, unknown, then by the catalogue's order, then by GPU.
 STATUS_ORDER = {health.FAIL: 0, health.WARN: 1, health.UNKNOWN: 2}
 CHECK_ORDER = {check_id: position for position, check_id in enumerate(health.CHECK_IDS)}
@@ -72,17 +73,11 @@ def count_findings(keys) -> int:
     return sum(1 for _, _, status in keys if status in (health.WARN, health.FAIL))
 
 
-def gpu_model(gpus: list) -> str | None:
-    """The node's GPU model(s) as one text, None for a node without GPUs (nothing to compare)."""
-    names = {gpu.get("name") for gpu in gpus} - {None}
-    return ", ".join(sorted(names)) if names else None
-
-
 @dataclass
 class NodeHealth:
     reported: dict[FindingKey, str] | None = None  # the node's own findings -> reason; None: no health object
     reported_checked: tuple[str, ...] = ()
-    versions: tuple | None = None  # (driver, cuda, model) while the node reports ``system``
+    versions: tuple | None = None  # (driver, cuda) while the node reports ``system``
     down: bool = False
     verdict: str = health.NO_VERDICT
     since: float | None = None  # when it got this verdict; None before its first judgement
@@ -194,7 +189,7 @@ class NodeHealthBook:
     def __init__(self):
         self.nodes: dict[str, NodeHealth] = {}
         self.dirty: set[str] = set()  # nodes whose findings, checks or versions changed since the last tick
-        # Per compared version (driver, CUDA, model): how many nodes run each value.
+        # Per compared version (driver, CUDA): how many nodes run each value.
         self.versions: tuple[Counter, ...] = tuple(Counter() for _ in VERSION_LABELS)
         self.majority: tuple = (None,) * len(VERSION_LABELS)  # per version: (value, nodes, of nodes) or None
         self.changes: list[HealthChange] = []  # verdict changes the caller has not taken yet
@@ -212,7 +207,7 @@ class NodeHealthBook:
             node.reported, node.reported_checked = reported, checked
             self.dirty.add(name)
         system = sample.get("system")
-        versions = None if system is None else (system.get("driver"), system.get("cuda"), gpu_model(sample["gpus"]))
+        versions = None if system is None else (system.get("driver"), system.get("cuda"))
         if versions != node.versions:
             self._count(node.versions, -1)
             self._count(versions, 1)
@@ -244,8 +239,8 @@ class NodeHealthBook:
         majority: list[tuple | None] = []
         for counter in self.versions:
             top, total = counter.most_common(1), counter.total()
-            # More than half the nodes, not merely the most: a fleet of several GPU models in
-            # like numbers (or a tie between two drivers) has no odd one out to flag.
+            # More than half the nodes, not merely the most: a fleet split between drivers in like
+            # numbers (an upgrade half done) has no odd one out to flag.
             if top and 2 * top[0][1] > total:
                 majority.append((top[0][0], top[0][1], total))
             else:
