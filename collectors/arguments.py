@@ -7,6 +7,8 @@ error naming the flag and the reason. Nothing here imports Django.
 import argparse
 from pathlib import Path
 
+from gpulse.schema import valid_node_name
+
 
 def positive_float(text: str) -> float:
     try:
@@ -34,3 +36,11 @@ def folder(text: str) -> Path:
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is not a directory")
     return path
+
+
+def group_name(text: str) -> str:
+    """A node group (partition, node pool) is named like a node: it is shown on the pages and in reasons."""
+    if not valid_node_name(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not 1-63 letters, digits, '.', '-' or '_' (not starting with '.' or '-')")
+    return text

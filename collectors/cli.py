@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from collectors.arguments import folder, positive_float, positive_int
+from collectors.arguments import folder, group_name, positive_float, positive_int
 from collectors.health_checks import HealthChecks
 from collectors.probe import ProbeRunner
 from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--expected-gpus", type=positive_int,
                         help="GPUs each node should have: fewer fails the gpu_count health check "
                              "(default: the count first seen)")
+    parser.add_argument("--group", type=group_name,
+                        help="the node's group for --source nvml, e.g. its Slurm partition or node pool: the "
+                             "version_skew health check compares driver, CUDA and GPU model within it "
+                             "(default: the whole cluster)")
     parser.add_argument("--buffer-size", type=positive_int, default=DEFAULT_BUFFER_SIZE,
                         help="samples kept while Redis is unreachable (default %(default)s)")
     parser.add_argument("--probe-interval", type=float, default=600.0,
@@ -159,7 +163,8 @@ def nvml_source(args: argparse.Namespace) -> Source:
     # Imported here so the simulated source runs where nvidia-ml-py is absent.
     from collectors.nvml import NvmlSource
 
-    return NvmlSource(args.node_name or socket.gethostname(), args.interval, sysfs=args.sysfs, procfs=args.procfs)
+    return NvmlSource(args.node_name or socket.gethostname(), args.interval, sysfs=args.sysfs, procfs=args.procfs,
+                      group=args.group)
 
 
 def dcgm_source(args: argparse.Namespace) -> Source:

@@ -506,13 +506,15 @@ class NvmlSource:
     name = "nvml"
 
     def __init__(self, node_name: str, interval: float, read_timeout: float | None = None,
-                 sysfs: Path | None = None, procfs: Path | None = None):
+                 sysfs: Path | None = None, procfs: Path | None = None, group: str | None = None):
         """Initialise NVML now; raise SourceUnavailable with a one-line reason if it cannot be.
 
         With ``sysfs`` (the folder where sysfs is mounted, /sys on the node), each
         sample carries the node's InfiniBand/RoCE ports as ``ib``. With ``procfs``,
         psutil reads the host's CPU, memory and GPU processes there: a collector
         in a container given the host's /proc reports the node, not the container.
+        ``group`` (a Slurm partition, a Kubernetes node pool) goes out as
+        ``system.group``: version_skew compares the node with its group.
         """
         if procfs is not None:
             psutil.PROCFS_PATH = str(procfs)  # psutil's documented setting; one source per process
@@ -540,6 +542,8 @@ class NvmlSource:
         psutil.cpu_percent(None)  # the first call only starts the measuring window
         # Fixed while NVML is open: a driver upgrade unloads the module, which ends NVML here.
         self.system = read_system()
+        if group is not None:
+            self.system["group"] = group
         log.info("NVML: driver %s, CUDA %s, %d GPUs", self.system["driver"], self.system["cuda"], count)
 
     def sample(self) -> list[dict]:

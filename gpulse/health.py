@@ -120,8 +120,8 @@ CHECKS = (
           "Check the cable and the switch port; ibstat shows the same",
           "Drain the node: multi-node NCCL jobs cannot use this port; reseat or replace the cable"),
     Check("version_skew", CLUSTER, "Version skew",
-          "warn: driver or CUDA version differs from the majority of the cluster (not the GPU model: "
-          "partitions of several models are normal)",
+          "warn: driver, CUDA version or GPU model differs from the majority of the node's group "
+          "(collector --group: a partition or node pool; without one, the whole cluster)",
           "nvmlSystemGetDriverVersion, nvmlSystemGetCudaDriverVersion; NCCL needs matching versions",
           "Upgrade the node to the fleet's driver and CUDA version",
           "Upgrade the node to the fleet's driver and CUDA version"),

@@ -123,8 +123,9 @@ MAX_XID = 2**31 - 1
 MAX_PROCESSES = 1024
 MAX_PID = 2**32 - 1
 INTERVAL_RANGE = (0.05, 3600.0)  # seconds between samples
-# The optional per-node "system" object: driver_version and the CUDA version the driver supports.
-SYSTEM_KEYS = ("driver", "cuda")
+# The optional per-node "system" object: driver_version, the CUDA version the driver supports, and the
+# node's group (collector --group: a partition or node pool) that version_skew compares it within.
+SYSTEM_KEYS = ("driver", "cuda", "group")
 # The optional per-node "ib" list: InfiniBand/RoCE ports read from sysfs.
 MAX_IB_PORTS = 64
 MAX_IB_TEXT = 64  # port name ("mlx5_0/1"), state ("ACTIVE"), phys_state ("LinkUp")
@@ -273,7 +274,7 @@ def _bounded_text(value, limit: int, what: str, where: str) -> None:
 
 def _check_system(system, where: str) -> None:
     if type(system) is not dict:
-        raise MalformedSample(f"{where}: 'system' is not an object of driver and cuda versions")
+        raise MalformedSample(f"{where}: 'system' is not an object of driver, cuda and group")
     for key in SYSTEM_KEYS:
         _text_or_none(system.get(key), f"system {key}", where)
 

@@ -221,6 +221,19 @@ def test_the_nvml_source_reads_infiniband_from_sysfs_and_the_host_from_procfs():
     assert sample["system"] == {"driver": "550.54.15", "cuda": "12.4"}
 
 
+def test_the_nodes_group_goes_out_with_its_versions_and_a_bad_name_is_a_usage_error():
+    from tests import fake_nvml
+
+    env = fake_nvml.subprocess_env(fake_nvml.config(gpus=1))
+    args = [*COLLECTOR, "--source", "nvml", "--node-name", "gpu-07", "--once", "--stdout"]
+    result = subprocess.run([*args, "--group", "h100-a"], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    assert parse(result.stdout)["system"] == {"driver": "550.54.15", "cuda": "12.4", "group": "h100-a"}
+
+    result = subprocess.run([*args, "--group", "a b"], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    assert result.returncode == 2 and "argument --group: 'a b' is not 1-63 letters" in result.stderr.decode()
+
+
 @pytest.mark.parametrize("flag", ["--sysfs", "--procfs"])
 def test_a_sysfs_or_procfs_that_is_not_a_directory_is_a_usage_error(flag, tmp_path):
     result = collector("--source", "nvml", "--once", "--stdout", flag, str(tmp_path / "missing"))

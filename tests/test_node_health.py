@@ -19,11 +19,12 @@ def finding(check: str, status: str, reason: str, gpu: int | None = None) -> dic
 
 
 def with_health(node: str, *findings: dict, checked=("pcie_link", "nvlink_state", "row_remap", "ib_port"),
-                driver: str | None = None, cuda: str = "12.4", model: str | None = None, **kwargs) -> dict:
+                driver: str | None = None, cuda: str = "12.4", model: str | None = None, group: str | None = None,
+                **kwargs) -> dict:
     reading = sample(node, **kwargs)
     reading["health"] = {"checked": list(checked), "findings": list(findings)}
     if driver is not None:
-        reading["system"] = {"driver": driver, "cuda": cuda}
+        reading["system"] = {"driver": driver, "cuda": cuda, "group": group}
     if model is not None:
         for gpu in reading["gpus"]:
             gpu["name"] = model
@@ -177,21 +178,53 @@ def test_a_node_whose_driver_differs_from_the_majority_gets_a_version_skew_warni
     assert book.nodes["n9"].verdict == health.HEALTHY
 
 
-def test_version_skew_compares_cuda_but_not_the_gpu_model_and_without_a_majority_flags_no_one():
+def test_version_skew_compares_cuda_and_gpu_model_and_without_a_majority_flags_no_one():
     book = NodeHealthBook()
     for i in range(3):
         book.update(f"n{i}", with_health(f"n{i}", driver="550.54.15", cuda="12.4", model="NVIDIA H100 80GB HBM3"))
-    # An A100 among H100s is a partition, not skew; its older CUDA is.
     book.update("n3", with_health("n3", driver="550.54.15", cuda="12.2", model="NVIDIA A100-SXM4-80GB"))
     book.tick(100.0, up("n0", "n1", "n2", "n3"), [])
     assert book.nodes["n3"].findings[("version_skew", None, "warn")].reason == (
-        "CUDA 12.2, the cluster runs 12.4 (3 of 4 nodes)")
+        "CUDA 12.2, the cluster runs 12.4 (3 of 4 nodes); "
+        "GPU model NVIDIA A100-SXM4-80GB, the cluster runs NVIDIA H100 80GB HBM3 (3 of 4 nodes)")
 
-    tie = NodeHealthBook()  # half the fleet upgraded: no majority, no one flagged
+    tie = NodeHealthBook()
     tie.update("a", with_health("a", driver="550.54.15"))
     tie.update("b", with_health("b", driver="535.104.05"))
     tie.tick(100.0, up("a", "b"), [])
     assert tie.nodes["a"].verdict == tie.nodes["b"].verdict == health.HEALTHY
+
+    mixed = NodeHealthBook()  # the most common model on 2 of 5 nodes is no majority
+    models = ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "NVIDIA L4")
+    for i, model in enumerate(models):
+        mixed.update(f"m{i}", with_health(f"m{i}", driver="550.54.15", model=model))
+    mixed.tick(100.0, up(*(f"m{i}" for i in range(5))), [])
+    assert {node.verdict for node in mixed.nodes.values()} == {health.HEALTHY}
+
+
+def test_version_skew_compares_each_node_with_its_own_group():
+    h100, a100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+    book = NodeHealthBook()
+    for i in range(4):
+        book.update(f"h{i}", with_health(f"h{i}", driver="550.54.15", model=h100, group="h100"))
+    # A partition of A100s on its own driver is not skew against the H100 partition.
+    for i in range(3):
+        book.update(f"a{i}", with_health(f"a{i}", driver="535.104.05", model=a100, group="a100"))
+    book.update("a3", with_health("a3", driver="550.54.15", model=a100, group="a100"))
+    # An H100 that landed in the A100 partition is.
+    book.update("a4", with_health("a4", driver="535.104.05", model=h100, group="a100"))
+    nodes = [*(f"h{i}" for i in range(4)), *(f"a{i}" for i in range(5))]
+    book.tick(100.0, up(*nodes), [])
+    flagged = {name: node.findings[("version_skew", None, "warn")].reason
+               for name, node in book.nodes.items() if node.verdict != health.HEALTHY}
+    assert flagged == {
+        "a3": "driver 550.54.15, group a100 runs 535.104.05 (4 of 5 nodes)",
+        "a4": "GPU model NVIDIA H100 80GB HBM3, group a100 runs NVIDIA A100-SXM4-80GB (4 of 5 nodes)",
+    }
+
+    # A node joining one group changes nothing for the other.
+    book.update("h4", with_health("h4", driver="550.54.15", model=h100, group="h100"))
+    assert book.tick(101.0, up(*nodes, "h4"), []) == ["h4"]
 
 
 def test_the_majority_is_counted_as_nodes_change_and_are_forgotten():

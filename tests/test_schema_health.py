@@ -22,7 +22,7 @@ HEALTHY_READINGS = {
 
 def checked_sample(**node_fields) -> dict:
     entry = sample("gpu-07", gpus=2, ts=1.7e9, **HEALTHY_READINGS)
-    entry["system"] = {"driver": "550.54.15", "cuda": "12.4"}
+    entry["system"] = {"driver": "550.54.15", "cuda": "12.4", "group": "h100-partition"}
     entry["ib"] = [{"port": "mlx5_0/1", "state": "ACTIVE", "phys_state": "LinkUp", "rate": 400,
                     "symbol_error": 0, "link_downed": 1, "port_rcv_errors": 0},
                    {"port": "mlx5_1/1", "state": "DOWN", "phys_state": "Polling", "rate": None,
@@ -64,6 +64,7 @@ def test_a_health_reading_of_the_wrong_type_rejects_the_entry(field, value, reas
 @pytest.mark.parametrize("field, value, reason", [
     ("system", "550.54.15", "'system' is not an object"),
     ("system", {"driver": 550}, "'system driver' is not a string"),
+    ("system", {"driver": "550.54.15", "group": ["a", "b"]}, "'system group' is not a string"),
     ("ib", {"port": "mlx5_0/1"}, "'ib' is not a list of at most 64 ports"),
     ("ib", [{"port": "p"}] * 65, "'ib' is not a list of at most 64 ports"),
     ("ib", ["mlx5_0/1"], "an IB port that is not an object"),

@@ -3,7 +3,8 @@
 Ingest calls update() with each node's newest sample, which only compares the
 sample's findings and versions with the node's last ones, and tick() once per
 tick: tick() judges the nodes that changed, adds the cluster check
-version_skew (the majority is counted incrementally and read once per tick)
+version_skew (driver, CUDA and GPU model against the majority of the node's
+group, counted incrementally and read once per tick)
 and returns the nodes whose health changed. Ingest writes those to the Redis
 hash Keys().health, frames them, and records each verdict change (``changes``)
 as a live.HealthChange row (docs/ARCHITECTURE.md, "Node health").
@@ -29,9 +30,9 @@ log = logging.getLogger("gpulse.ingest")
 FindingKey = tuple[str, int | None, str]  # (check, gpu or None, status)
 
 SKEW = "version_skew"
-# What version_skew compares, as its reason names them; the node's versions are kept in this order.
-# Not the GPU model: clusters run partitions of several models on purpose.
-VERSION_LABELS = ("driver", "CUDA")
+# What version_skew compares within a group, as its reason names them; the node's versions are kept
+# in this order, then its group (system.group: a partition or node pool; None for the whole cluster).
+VERSION_LABELS = ("driver", "CUDA", "GPU model")
 # The worst finding first: fail, warn, unknown, then by the catalogue's order, then by GPU.
 STATUS_ORDER = {health.FAIL: 0, health.WARN: 1, health.UNKNOWN: 2}
 CHECK_ORDER = {check_id: position for position, check_id in enumerate(health.CHECK_IDS)}
@@ -73,11 +74,17 @@ def count_findings(keys) -> int:
     return sum(1 for _, _, status in keys if status in (health.WARN, health.FAIL))
 
 
+def gpu_model(gpus: list) -> str | None:
+    """The node's GPU model(s) as one text, None for a node without GPUs (nothing to compare)."""
+    names = {gpu.get("name") for gpu in gpus} - {None}
+    return ", ".join(sorted(names)) if names else None
+
+
 @dataclass
 class NodeHealth:
     reported: dict[FindingKey, str] | None = None  # the node's own findings -> reason; None: no health object
     reported_checked: tuple[str, ...] = ()
-    versions: tuple | None = None  # (driver, cuda) while the node reports ``system``
+    versions: tuple | None = None  # (driver, cuda, model, group) while the node reports ``system``
     down: bool = False
     verdict: str = health.NO_VERDICT
     since: float | None = None  # when it got this verdict; None before its first judgement
@@ -189,9 +196,10 @@ class NodeHealthBook:
     def __init__(self):
         self.nodes: dict[str, NodeHealth] = {}
         self.dirty: set[str] = set()  # nodes whose findings, checks or versions changed since the last tick
-        # Per compared version (driver, CUDA): how many nodes run each value.
-        self.versions: tuple[Counter, ...] = tuple(Counter() for _ in VERSION_LABELS)
-        self.majority: tuple = (None,) * len(VERSION_LABELS)  # per version: (value, nodes, of nodes) or None
+        # Per group, per compared version (driver, CUDA, model): how many of its nodes run each value.
+        self.versions: dict[str | None, tuple[Counter, ...]] = {}
+        # Per group, per version: (value, nodes, of nodes), or None where no value has a majority.
+        self.majority: dict[str | None, tuple] = {}
         self.changes: list[HealthChange] = []  # verdict changes the caller has not taken yet
 
     def update(self, name: str, sample: dict) -> None:
@@ -207,7 +215,9 @@ class NodeHealthBook:
             node.reported, node.reported_checked = reported, checked
             self.dirty.add(name)
         system = sample.get("system")
-        versions = None if system is None else (system.get("driver"), system.get("cuda"))
+        versions = None
+        if system is not None:
+            versions = (system.get("driver"), system.get("cuda"), gpu_model(sample["gpus"]), system.get("group"))
         if versions != node.versions:
             self._count(node.versions, -1)
             self._count(versions, 1)
@@ -223,11 +233,15 @@ class NodeHealthBook:
     def _count(self, versions: tuple | None, step: int) -> None:
         if versions is None:
             return
-        for counter, value in zip(self.versions, versions, strict=True):
+        *compared, group = versions
+        counters = self.versions.setdefault(group, tuple(Counter() for _ in VERSION_LABELS))
+        for counter, value in zip(counters, compared, strict=True):
             if value is not None:
                 counter[value] += step
                 if counter[value] <= 0:
                     del counter[value]
+        if not any(counters):
+            del self.versions[group]
 
     def forget(self, name: str) -> None:
         node = self.nodes.pop(name, None)
@@ -235,25 +249,30 @@ class NodeHealthBook:
             self._count(node.versions, -1)
         self.dirty.discard(name)
 
-    def _majorities(self) -> tuple:
-        majority: list[tuple | None] = []
-        for counter in self.versions:
-            top, total = counter.most_common(1), counter.total()
-            # More than half the nodes, not merely the most: a fleet split between drivers in like
-            # numbers (an upgrade half done) has no odd one out to flag.
-            if top and 2 * top[0][1] > total:
-                majority.append((top[0][0], top[0][1], total))
-            else:
-                majority.append(None)
-        return tuple(majority)
+    def _majorities(self) -> dict[str | None, tuple]:
+        majorities = {}
+        for group, counters in self.versions.items():
+            majority: list[tuple | None] = []
+            for counter in counters:
+                top, total = counter.most_common(1), counter.total()
+                # More than half the group, not merely the most: several GPU models in like
+                # numbers, or a tie between two drivers (an upgrade half done), flag no one.
+                if top and 2 * top[0][1] > total:
+                    majority.append((top[0][0], top[0][1], total))
+                else:
+                    majority.append(None)
+            majorities[group] = tuple(majority)
+        return majorities
 
     def skew(self, versions: tuple | None) -> str:
         """version_skew's reason for a node with these versions; empty when they are the majority's."""
         if versions is None:
             return ""
+        *compared, group = versions
+        where = "the cluster" if group is None else f"group {group}"
         parts = [
-            f"{label} {value}, the cluster runs {top[0]} ({top[1]} of {top[2]} nodes)"
-            for label, value, top in zip(VERSION_LABELS, versions, self.majority, strict=True)
+            f"{label} {value}, {where} runs {top[0]} ({top[1]} of {top[2]} nodes)"
+            for label, value, top in zip(VERSION_LABELS, compared, self.majority.get(group, ()), strict=False)
             if value is not None and top is not None and value != top[0]
         ]
         return "; ".join(parts)[:schema.MAX_REASON]
@@ -265,8 +284,11 @@ class NodeHealthBook:
         self.dirty = set()
         majority = self._majorities()
         if majority != self.majority:
+            moved = {group for group in majority.keys() | self.majority.keys()
+                     if majority.get(group) != self.majority.get(group)}
             self.majority = majority
-            candidates.update(name for name, node in self.nodes.items() if node.versions is not None)
+            candidates.update(name for name, node in self.nodes.items()
+                              if node.versions is not None and node.versions[-1] in moved)
         changed = []
         for name in candidates:
             node, known = self.nodes.get(name), cluster.get(name)
