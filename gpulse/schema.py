@@ -121,6 +121,10 @@ MAX_K8S_NAME = 253  # Kubernetes' longest object name (a DNS subdomain)
 MAX_XIDS = 64
 MAX_XID = 2**31 - 1
 MAX_PROCESSES = 1024
+# A process's optional texts besides name and user: its command line (cut to MAX_TEXT) and its
+# scheduler identity from its cgroup (collectors/attribution.py): Slurm job and step, Kubernetes
+# pod UID and container id. Absent or null where the collector could not tell.
+PROCESS_IDENTITY = ("cmd", "job", "step", "pod_uid", "container")
 MAX_PID = 2**32 - 1
 INTERVAL_RANGE = (0.05, 3600.0)  # seconds between samples
 # The optional per-node "system" object: driver_version, the CUDA version the driver supports, and the
@@ -188,8 +192,12 @@ def _null_out_of_range(reading: dict, bounds: tuple, where: str) -> int:
     return nulled
 
 
+def _is_text_or_none(value) -> bool:
+    return value is None or type(value) is str and len(value) <= MAX_TEXT
+
+
 def _text_or_none(value, name: str, where: str) -> None:
-    if value is not None and (type(value) is not str or len(value) > MAX_TEXT):
+    if not _is_text_or_none(value):
         raise MalformedSample(f"{where}: {name!r} is not a string of at most {MAX_TEXT} characters or null")
 
 
@@ -230,7 +238,8 @@ def _check_lists(gpu: dict, node: str, index: int) -> int:
                 if (type(pid) is int and 0 <= pid <= MAX_PID
                         and (name is None or type(name) is str and len(name) <= MAX_TEXT)
                         and (user is None or type(user) is str and len(user) <= MAX_TEXT)
-                        and (mem is None or type(mem) in _NUMBERS and 0 <= mem <= PB)):
+                        and (mem is None or type(mem) in _NUMBERS and 0 <= mem <= PB)
+                        and all(_is_text_or_none(get_(key)) for key in PROCESS_IDENTITY)):
                     continue
             nulled += _check_process(process, f"node {node} GPU {index}")
         return nulled
@@ -331,6 +340,8 @@ def _check_process(process, where: str) -> int:
         raise MalformedSample(f"{where}: a process whose pid is not an integer 0..{MAX_PID}: {_show(pid)}")
     _text_or_none(process.get("name"), "process name", where)
     _text_or_none(process.get("user"), "process user", where)
+    for key in PROCESS_IDENTITY:
+        _text_or_none(process.get(key), f"process {key}", where)
     mem = process.get("mem_used")
     if mem is not None:
         kind = type(mem)
@@ -460,6 +471,7 @@ _K8sName = Annotated[str, msgspec.Meta(max_length=MAX_K8S_NAME)] | None
 _Process = _record("_Process", {
     "pid": Annotated[int, msgspec.Meta(ge=0, le=MAX_PID)],
     "name": _Text, "user": _Text, "mem_used": _number(0, PB) | None,
+    **dict.fromkeys(PROCESS_IDENTITY, _Text),
 }, required=("pid",))
 _K8s = _record("_K8s", dict.fromkeys(K8S_KEYS, _K8sName))
 _Gpu = _record("_Gpu", {

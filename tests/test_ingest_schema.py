@@ -27,6 +27,14 @@ def rejects(entry, reason: str) -> None:
         schema.read(raw)
 
 
+def test_a_process_with_its_scheduler_identity_passes_unchanged():
+    good = sample("gpu-01", gpus=1, processes=[{
+        "pid": 42, "name": "python", "user": "alice", "mem_used": 2**30, "cmd": "python train.py --lr 3e-4",
+        "job": "1234", "step": "0", "pod_uid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "container": "9" * 64}])
+    parsed, nulled = read(schema.encode(good))
+    assert parsed == good and nulled == 0
+
+
 def test_a_collector_sample_passes_unchanged():
     good = sample("gpu-01.cluster_a", gpus=8, processes=[{"pid": 42, "name": "python", "user": None,
                                                           "mem_used": 2**30}], throttle=["sw_power_cap"], xid=[79])
@@ -47,6 +55,9 @@ def test_a_collector_sample_passes_unchanged():
     ("processes", [{"pid": 1, "name": 2}], "'process name' is not a string"),
     ("processes", [{"pid": 1, "user": {}}], "'process user' is not a string"),
     ("processes", [1], "a process that is not an object"),
+    ("processes", [{"pid": 1, "job": 1234}], "'process job' is not a string"),
+    ("processes", [{"pid": 1, "cmd": "x" * 129}], "'process cmd' is not a string of at most 128"),
+    ("processes", [{"pid": 1, "container": ["abc"]}], "'process container' is not a string"),
     ("lost", "yes", "'lost' is not true"),
     ("util", "97", "'util' is not a number"),
     ("temp", True, "'temp' is not a number"),
