@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "dashboard.benchmarks",
     "dashboard.alerts",
     "dashboard.scheduler",
+    "dashboard.usage",
     "dashboard.simulator",
     "axes",
 ]
@@ -191,13 +192,13 @@ GPULSE_INGEST_MAX_UNACKED = env_int("GPULSE_INGEST_MAX_UNACKED", 200_000, minimu
 
 # A node whose newest bandwidth probe is this fraction below its own median is flagged.
 GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)
-# What ingest wires into live each tick: the alert evaluator (a class) and the
-# cluster summary (a function), by dotted path so that live imports neither app.
 # Usage accounting (gpulse/usage.py, dashboard/usage/): a GPU is busy at or above this utilization (%);
 # prices default from the environment until set in the admin.
 GPULSE_BUSY_UTIL = env_float("GPULSE_BUSY_UTIL", 5.0, minimum=0.0, maximum=100.0)
 GPULSE_PRICE_GPU_HOUR = env_float("GPULSE_PRICE_GPU_HOUR", 2.5, minimum=0.0)
 GPULSE_PRICE_KWH = env_float("GPULSE_PRICE_KWH", 0.15, minimum=0.0)
+# What ingest wires into live each tick: the alert evaluator (a class) and the
+# cluster summary (a function), by dotted path so that live imports neither app.
 GPULSE_INGEST_EVALUATOR = "dashboard.alerts.evaluate.AlertEvaluator"
 GPULSE_INGEST_SUMMARY = "dashboard.summary.cluster_summary"
 # Seconds a node's clock may differ from Redis' before it is flagged "clock skew"

@@ -11,6 +11,7 @@ from typing import Any
 from dashboard.alerts.evaluate import firing_count
 from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.throughput import job_throughput
+from dashboard.usage.prices import Prices, current_prices
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +34,32 @@ def throughput_summary() -> dict:
     return _throughput["value"]
 
 
-def cluster_summary() -> dict:
-    """Return firing alerts, benchmark jobs by state and job throughput; never raise into ingest."""
+# Prices change in the admin, rarely: read them this often.
+PRICES_EVERY = 60.0
+_prices: dict[str, Any] = {"at": -PRICES_EVERY, "value": None}
+
+
+def prices() -> Prices:
+    now = time.monotonic()
+    if now - _prices["at"] >= PRICES_EVERY:
+        _prices["value"], _prices["at"] = current_prices(), now
+    return _prices["value"]
+
+
+def idle_summary(idle_by_model: dict[str, int]) -> dict:
+    """The KPI "allocated but idle: N GPUs, $X/h"."""
+    price = prices()
+    return {"gpus": sum(idle_by_model.values()),
+            "usd_per_hour": sum(count * price.gpu_hour(model) for model, count in idle_by_model.items())}
+
+
+def cluster_summary(idle_by_model: dict[str, int]) -> dict:
+    """Return firing alerts, benchmark jobs by state, job throughput and the idle allocations' cost;
+    never raise into ingest. ``idle_by_model``: GPUs allocated but idle now, per GPU model."""
     try:
         jobs = BenchmarkJob.objects.active_counts()
         return {"alerts_firing": firing_count(), "jobs_running": jobs["running"], "jobs_queued": jobs["queued"],
-                **throughput_summary()}
+                "idle_allocated": idle_summary(idle_by_model), **throughput_summary()}
     except Exception as exc:  # a locked or unreachable database must not stop frames
         log.warning("cluster summary unavailable: %s", exc)
         return {}

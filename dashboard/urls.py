@@ -23,6 +23,7 @@ urlpatterns = [
     path("api/v1/", include("dashboard.alerts.api_urls")),
     path("api/v1/", include("dashboard.live.api_urls")),
     path("api/v1/", include("dashboard.simulator.api_urls")),
+    path("api/v1/", include("dashboard.usage.api_urls")),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("", include("dashboard.live.urls")),
 ]

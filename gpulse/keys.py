@@ -53,6 +53,11 @@ class Keys:
         """Hash node -> its health (verdict, findings with since, checked), rewritten by ingest on a change."""
         return f"{self.prefix}health"
 
+    @property
+    def idle_allocations(self) -> str:
+        """GPUs allocated but idle now, with owner and since (JSON list), rewritten by ingest on a change."""
+        return f"{self.prefix}usage:idle"
+
     def recent(self, name: str) -> str:
         """List of the node's compact recent points, newest first (live charts' backfill)."""
         return f"{self.prefix}recent:{name}"

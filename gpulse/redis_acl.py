@@ -155,7 +155,7 @@ def ingest_user(prefix: str) -> AclUser:
     _check_prefix(prefix)
     p = _pattern(prefix)
     keys = (f"~{p}telemetry", f"~{p}node:*", f"~{p}nodes", f"~{p}health", f"~{p}recent:*", f"~{p}frame:snapshot",
-            f"~{p}ingest:heartbeat", f"~{p}probes", f"~{p}probes:*", *_producer_keys(p))
+            f"~{p}usage:idle", f"~{p}ingest:heartbeat", f"~{p}probes", f"~{p}probes:*", *_producer_keys(p))
     # Pruning forgets nodes (HDEL, DEL of their lists) and idle consumers of the group.
     commands = ("+xreadgroup", "+xgroup|create", "+xgroup|delconsumer", "+xinfo|consumers", "+xautoclaim", "+xack",
                 "+xrevrange", "+xread", "+hgetall", "+hset", "+hdel", "+del", "+mget", "+get", "+set", "+lpush",
@@ -166,7 +166,7 @@ def ingest_user(prefix: str) -> AclUser:
 def web_user(prefix: str) -> AclUser:
     _check_prefix(prefix)
     p = _pattern(prefix)
-    keys = (f"~{p}node:*", f"~{p}nodes", f"~{p}health", f"~{p}recent:*", f"~{p}frame:snapshot",
+    keys = (f"~{p}node:*", f"~{p}nodes", f"~{p}health", f"~{p}recent:*", f"~{p}frame:snapshot", f"~{p}usage:idle",
             f"~{p}ingest:heartbeat", f"~{p}probes", f"~{p}probes:*", f"~{p}job:*:events", f"~{p}job:*:cancel",
             f"~{p}simulator:faults", f"~{p}cache:*", f"~{p}worker:*", f"~{p}websockets:*", *_producer_keys(p))
     # Reads for the pages, the API and the job websocket; writes only through

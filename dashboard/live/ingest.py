@@ -26,6 +26,7 @@ import redis
 from dashboard.live.frames import FrameBuilder
 from dashboard.live.health_changes import HealthChangeQueue
 from dashboard.live.identity import DUPLICATE, NEW, RESTART, CollectorIdentity
+from dashboard.live.idle import IdleAllocations
 from dashboard.live.node_health import NodeHealthBook, read_record
 from dashboard.live.outage import DatabaseOutage
 from dashboard.live.probes import ProbeTracker
@@ -35,6 +36,7 @@ from gpulse import schema
 from gpulse.keys import INGEST_GROUP, RECENT_POINTS, Keys
 from gpulse.ratelog import RateLimitedLog
 from gpulse.status import DEFAULT_MAX_CLOCK_SKEW, DOWN, UP, place
+from gpulse.usage import BUSY_UTIL
 
 log = logging.getLogger("gpulse.ingest")
 
@@ -85,7 +87,7 @@ class Ingest:
         tick: float = 1.0,
         clock: Callable[[], float] = time.time,
         evaluator=None,
-        summary: Callable[[], dict] | None = None,
+        summary: Callable[[dict[str, int]], dict] | None = None,
         consumer: str | None = None,
         probe_low_fraction: float = 0.2,
         max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW,
@@ -94,6 +96,7 @@ class Ingest:
         flush_interval: float = 5.0,
         max_rollup_rows: int = 500_000,
         max_unacked: int = 200_000,
+        busy_util: float = BUSY_UTIL,
     ):
         self.redis = client
         self.publish = publish
@@ -101,6 +104,7 @@ class Ingest:
         self.tick = tick
         self.clock = clock
         self.evaluator = evaluator
+        # Called each tick with the count of allocated-but-idle GPUs per model (their cost is its to price).
         self.summary = summary or dict
         # Stable across restarts, so what a killed ingest left pending is its own to re-read.
         self.consumer = consumer or socket.gethostname()
@@ -108,7 +112,9 @@ class Ingest:
         self.forget_nodes_after = forget_nodes_after
         self.forget_consumers_after = forget_consumers_after
         self.frames = FrameBuilder()
-        self.rollups = RollupAccumulator(f"{self.keys.telemetry} {INGEST_GROUP}", max_rows=max_rollup_rows)
+        self.rollups = RollupAccumulator(f"{self.keys.telemetry} {INGEST_GROUP}", max_rows=max_rollup_rows,
+                                         busy_util=busy_util)
+        self.idle = IdleAllocations(busy_util)
         self.flush_interval = flush_interval
         self.next_flush = 0.0
         self.database = DatabaseOutage()
@@ -308,6 +314,7 @@ class Ingest:
                 return
             node.sample, node.placed, node.skew = sample, placed, skew
         self.health.update(name, sample)
+        self.idle.update(name, sample, placed)
         self.frames.update(node)
         if not self.sampled:
             self.burst_started = self.clock()
@@ -329,6 +336,8 @@ class Ingest:
         self.sampled.discard(name)
         self.frames.forget(name)
         self.health.forget(name)
+        self.idle.forget(name)
+        self.rollups.usage.meter.forget(name)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hdel(self.keys.known_nodes, name)
         pipe.hdel(self.keys.health, name)
@@ -392,6 +401,9 @@ class Ingest:
     def emit(self, now: float) -> None:
         changed = self.state.refresh_statuses(now)
         nodes = self.state.nodes
+        for name in changed:
+            if nodes[name].status == DOWN:
+                self.idle.forget(name)
         health_changed = self.health.tick(now, nodes, changed)
         self.health_changes.add(self.health.take_changes())
         changed += health_changed
@@ -431,6 +443,8 @@ class Ingest:
             count = pushes[name] = pushes.get(name, -1) + 1
             if count % RECENT_TRIM_EVERY == 0:
                 pipe.ltrim(key, 0, RECENT_POINTS - RECENT_TRIM_EVERY - 1)
+        if self.idle.changed:
+            pipe.set(self.keys.idle_allocations, self.idle.record())
         pipe.set(self.keys.ingest_heartbeat, orjson.dumps(self.heartbeat(sent)), ex=60)
         pipe.execute()
         self.rollups.fold_queued()
@@ -452,7 +466,7 @@ class Ingest:
             self.health_changes.write()
             if self.evaluator is not None:
                 self.evaluator.evaluate(self.state, now, probes=self.probes.busbw(), health=self.health.nodes)
-            self.latest_summary = self.summary()
+            self.latest_summary = self.summary(self.idle.by_model())
             if now >= self.next_flush:
                 self.flush_rollups()
                 self.next_flush = now + self.flush_interval

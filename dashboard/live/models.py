@@ -61,3 +61,58 @@ class HealthChange(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["node", "-at"])]
+
+
+# Usage accounting (dashboard/live/usage.py): seconds and energy summed, so parts of a
+# minute or an hour merge by addition like the rollups. gpulse/usage.py says what the words mean.
+USAGE_SUMS = ("samples", "seconds", "allocated_seconds", "busy_seconds", "energy_j")
+
+
+class _UsageSums(models.Model):
+    samples = models.PositiveIntegerField()
+    seconds = models.FloatField(help_text="GPU-seconds sampled: each sample counts its interval")
+    allocated_seconds = models.FloatField(help_text="of those, allocated to a job, a pod or a process")
+    busy_seconds = models.FloatField(help_text="of the allocated ones, at or above GPULSE_BUSY_UTIL")
+    energy_j = models.FloatField(help_text="joules: the energy counter's deltas, else power × interval")
+
+    class Meta:
+        abstract = True
+
+
+class GpuUsage(_UsageSums):
+    """One GPU's usage over one minute, per owner (a GPU that changes hands within the minute has two rows)."""
+
+    node = models.CharField(max_length=128)
+    gpu = models.PositiveSmallIntegerField()
+    minute = models.DateTimeField(help_text="start of the minute (UTC)")
+    user = models.CharField(max_length=128, blank=True)
+    job = models.CharField(max_length=128, blank=True)
+    pod = models.CharField(max_length=320, blank=True, help_text="namespace/name, else the pod UID")
+    model = models.CharField(max_length=128, blank=True, help_text="the GPU's model name, for its price")
+
+    class Meta:
+        indexes = [models.Index(fields=["minute"])]
+        constraints = [models.UniqueConstraint(fields=["node", "gpu", "minute", "user", "job", "pod"],
+                                               name="one_usage_per_gpu_minute_owner")]
+
+
+class UsageHour(_UsageSums):
+    """GpuUsage summed per hour, node, GPU model and owner: what the usage tables and the API read."""
+
+    hour = models.DateTimeField(help_text="start of the hour (UTC)")
+    node = models.CharField(max_length=128)
+    model = models.CharField(max_length=128, blank=True)
+    user = models.CharField(max_length=128, blank=True)
+    job = models.CharField(max_length=128, blank=True)
+    pod = models.CharField(max_length=320, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["hour"])]
+        constraints = [models.UniqueConstraint(fields=["hour", "node", "model", "user", "job", "pod"],
+                                               name="one_usage_per_hour_node_owner")]
+
+
+class ClusterUsage(_UsageSums):
+    """GpuUsage summed over the whole cluster per minute: the allocated-versus-busy chart."""
+
+    minute = models.DateTimeField(unique=True)

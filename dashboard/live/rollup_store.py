@@ -8,9 +8,10 @@ SQLite (3.24+) and PostgreSQL both take this statement; they differ only in
 the two-argument minimum (MIN/MAX in SQLite, LEAST/GREATEST in PostgreSQL).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.db import connection
+from django.db.models import Model
 
 from dashboard.live.models import ROLLUP_METRICS, GpuRollup, RollupCheckpoint
 
@@ -44,51 +45,55 @@ def _merge_assignments(table: str, vendor: str) -> str:
 def merge_rollups(rows: Sequence[tuple]) -> None:
     """Merge rows (values in COLUMNS order, the minute an aware datetime) into GpuRollup;
     call inside a transaction."""
+    merge(GpuRollup, COLUMNS, ("node", "gpu", "minute"), _merge_assignments, rows, time_column=2)
+
+
+def merge(model: type[Model], columns: Sequence[str], key: Sequence[str], assignments: Callable[[str, str], str],
+          rows: Sequence[tuple], time_column: int) -> None:
+    """INSERT rows (values in ``columns`` order) into the model's table; a row whose ``key`` exists
+    is merged by ``assignments(table, vendor)``, the SET clause. ``time_column``: the index of
+    the one aware datetime in a row. Call inside a transaction."""
     if not rows:
         return
     adapt = connection.ops.adapt_datetimefield_value  # as the ORM stores it: SQLite keeps naive UTC text
     q = connection.ops.quote_name
-    table = q(GpuRollup._meta.db_table)
-    head = f"INSERT INTO {table} ({', '.join(map(q, COLUMNS))}) "
-    tail = f" ON CONFLICT ({q('node')}, {q('gpu')}, {q('minute')}) DO UPDATE SET " + _merge_assignments(
-        table, connection.vendor
-    )
-    rows = [(*row[:2], adapt(row[2]), *row[3:]) for row in rows]
+    table = q(model._meta.db_table)
+    head = f"INSERT INTO {table} ({', '.join(map(q, columns))}) "
+    tail = f" ON CONFLICT ({', '.join(map(q, key))}) DO UPDATE SET " + assignments(table, connection.vendor)
+    rows = [(*row[:time_column], adapt(row[time_column]), *row[time_column + 1:]) for row in rows]
     if connection.vendor == "postgresql":
-        _merge_by_copy(rows, head, tail)
+        _merge_by_copy(model, columns, rows, head, tail)
         return
     with connection.cursor() as cursor:
         limit = connection.features.max_query_params or 999
-        batch = max(1, min(1000, limit // len(COLUMNS)))
-        per_row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
+        batch = max(1, min(1000, limit // len(columns)))
+        per_row = "(" + ", ".join(["%s"] * len(columns)) + ")"
         for start in range(0, len(rows), batch):
             part = rows[start:start + batch]
             cursor.execute(head + "VALUES " + ", ".join([per_row] * len(part)) + tail,
                            [value for row in part for value in row])
 
 
-PART_TABLE = "gpulse_rollup_part"
-
-
-def _merge_by_copy(rows: list[tuple], head: str, tail: str) -> None:
+def _merge_by_copy(model: type[Model], columns: Sequence[str], rows: list[tuple], head: str, tail: str) -> None:
     """PostgreSQL: COPY the rows into a session's temporary table, then merge them in one statement.
 
     Binding 8,000 rows x 24 values as parameters (VALUES lists or unnest arrays)
     spent over a second in Python; COPY formats rows in psycopg's C code.
     """
     q = connection.ops.quote_name
-    table = q(GpuRollup._meta.db_table)
-    columns = ", ".join(map(q, COLUMNS))
+    table = q(model._meta.db_table)
+    part_table = q(model._meta.db_table + "_part")
+    listed = ", ".join(map(q, columns))
     with connection.cursor() as cursor:
         # The table lasts as long as the connection (made again after a reconnection);
         # its rows, only until merged, even where no commit follows (a test's transaction).
-        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {PART_TABLE} "
-                       f"AS SELECT {columns} FROM {table} WITH NO DATA")
-        with cursor.cursor.copy(f"COPY {PART_TABLE} ({columns}) FROM STDIN") as copy:
+        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {part_table} "
+                       f"AS SELECT {listed} FROM {table} WITH NO DATA")
+        with cursor.cursor.copy(f"COPY {part_table} ({listed}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
-        cursor.execute(head + f"SELECT {columns} FROM {PART_TABLE}" + tail)
-        cursor.execute(f"TRUNCATE {PART_TABLE}")
+        cursor.execute(head + f"SELECT {listed} FROM {part_table}" + tail)
+        cursor.execute(f"TRUNCATE {part_table}")
 
 
 def load_checkpoint(stream: str) -> tuple[int, int]:

@@ -35,8 +35,10 @@ from collections.abc import Iterator
 import numpy as np
 from django.db import transaction
 
-from dashboard.live import rollup_store
+from dashboard.live import rollup_store, usage_store
 from dashboard.live.models import ROLLUP_METRICS
+from dashboard.live.usage import UsageAccumulator
+from gpulse.usage import BUSY_UTIL
 
 log = logging.getLogger("gpulse.ingest")
 
@@ -121,13 +123,16 @@ class MinuteRollup:
 class RollupAccumulator:
     """Gather samples into partial minutes; write() merges them into the database with the checkpoint.
 
-    ``stream`` names the checkpoint: the stream key and the consumer group.
+    ``stream`` names the checkpoint: the stream key and the consumer group. The
+    usage accounting (dashboard/live/usage.py) rides along: same samples, same
+    transaction, same checkpoint.
     """
 
-    def __init__(self, stream: str, max_rows: int = 500_000):
+    def __init__(self, stream: str, max_rows: int = 500_000, busy_util: float = BUSY_UTIL):
         self.stream = stream
         self.max_rows = max_rows
         self.minutes: dict[int, MinuteRollup] = {}
+        self.usage = UsageAccumulator(busy_util)
         self.queued: list[tuple[tuple[int, int] | None, dict]] = []
         # The newest entry folded into the rollups (checkpoint or since); None until the
         # checkpoint is read: entries wait in ``queued`` meanwhile.
@@ -160,6 +165,7 @@ class RollupAccumulator:
             if bucket is None:
                 bucket = self.minutes[minute] = MinuteRollup()
             bucket.add(sample["node"], sample["gpus"])
+            self.usage.add(minute, sample)
         self.queued = []
         for bucket in self.minutes.values():
             bucket.fold()
@@ -170,6 +176,7 @@ class RollupAccumulator:
         while cells > self.max_rows and len(self.minutes) > 1:
             oldest = min(self.minutes)
             bucket = self.minutes.pop(oldest)
+            self.usage.drop(oldest)
             cells -= len(bucket.index)
             lost = int(bucket.samples.sum())
             self.lost_samples += lost
@@ -204,8 +211,10 @@ class RollupAccumulator:
         rows = [row for minute in sorted(self.minutes) for row in self.minutes[minute].rows(minute)]
         with transaction.atomic():
             rollup_store.merge_rollups(rows)
+            usage_store.merge_usage(self.usage)
             if self.high_water != self.written_mark:
                 rollup_store.save_checkpoint(self.stream, self.high_water)
         self.minutes = {}
+        self.usage.clear()
         self.written_mark = self.high_water
         return len(rows)

@@ -1,0 +1,149 @@
+"""Usage accounting: per GPU, minute and owner, the seconds allocated and busy and the energy.
+
+Samples reach it through RollupAccumulator (dashboard/live/rollups.py), in
+stream order and only once, and its rows are written in the same transaction
+as the rollups and their checkpoint: the accounting inherits their guarantees
+(nothing lost across a crash, nothing counted twice). gpulse/usage.py says what
+allocated, busy and owner mean.
+
+- **Time**: each sample counts its ``interval`` seconds for the GPU, so a node
+  that stops sending stops counting.
+- **Energy**: the delta of the GPU's energy counter (mJ since the driver
+  loaded) since the node's previous sample. Where there is no delta to take
+  (the first sample after ingest starts, a counter that went backwards after
+  a driver reload, a gap of more than MAX_GAP_INTERVALS, a GPU without the
+  counter) or the delta is impossible (more than MAX_WATTS over the gap: a
+  node is untrusted), it is power × interval.
+- **Rows**: GpuUsage per (node, GPU, minute, owner); UsageHour the same summed
+  per (hour, node, GPU model, owner), which the tables read; ClusterUsage per
+  minute, which the chart reads. All three come from the same sums, so they
+  agree to the float.
+"""
+
+import datetime as dt
+from collections.abc import Iterator
+
+from gpulse.usage import BUSY_UTIL, is_allocated, owner
+
+MAX_GAP_INTERVALS = 3  # a longer gap: the node was away; its counter's delta is not this sample's
+MAX_WATTS = 5000.0  # the contract's power bound (gpulse/schema.py): no GPU draws more
+
+# Per key: samples, seconds, allocated seconds, busy seconds, joules (models.USAGE_SUMS order).
+Sums = list
+
+
+class EnergyMeter:
+    """Joules each GPU used since its previous sample, from its energy counter where it can be trusted."""
+
+    def __init__(self):
+        self.last: dict[tuple[str, int], tuple[float, float]] = {}  # (node, gpu) -> (ts, counter mJ)
+
+    def joules(self, key: tuple[str, int], ts: float, interval: float, counter, power) -> float:
+        last = self.last.get(key)
+        if counter is not None:
+            self.last[key] = (ts, counter)
+            if last is not None:
+                gap = ts - last[0]
+                delta = counter - last[1]
+                if 0 < gap <= MAX_GAP_INTERVALS * interval and 0 <= delta <= MAX_WATTS * 1000 * gap:
+                    return delta / 1000
+        return power * interval if power is not None else 0.0
+
+    def forget(self, node: str) -> None:
+        for key in [key for key in self.last if key[0] == node]:
+            del self.last[key]
+
+
+class MinuteUsage:
+    """One minute's sums per (node, GPU, owner), and each GPU's model."""
+
+    def __init__(self):
+        self.sums: dict[tuple[str, int, str, str, str], Sums] = {}
+        self.models: dict[tuple[str, int], str] = {}
+
+    def add(self, key: tuple[str, int, str, str, str], model: str, interval: float, allocated: bool, busy: bool,
+            joules: float) -> None:
+        sums = self.sums.get(key)
+        if sums is None:
+            sums = self.sums[key] = [0, 0.0, 0.0, 0.0, 0.0]
+            self.models[key[:2]] = model
+        sums[0] += 1
+        sums[1] += interval
+        if allocated:
+            sums[2] += interval
+            if busy:
+                sums[3] += interval
+        sums[4] += joules
+
+    def samples(self) -> int:
+        return sum(sums[0] for sums in self.sums.values())
+
+
+class UsageAccumulator:
+    """Gathers usage per minute; rows() gives what rollup_store merges into the three tables."""
+
+    def __init__(self, busy_util: float = BUSY_UTIL):
+        self.busy_util = busy_util
+        self.meter = EnergyMeter()
+        self.minutes: dict[int, MinuteUsage] = {}
+
+    def add(self, minute: int, sample: dict) -> None:
+        bucket = self.minutes.get(minute)
+        if bucket is None:
+            bucket = self.minutes[minute] = MinuteUsage()
+        node, ts, interval = sample["node"], sample["ts"], sample["interval"]
+        busy_util, joules = self.busy_util, self.meter.joules
+        for gpu in sample["gpus"]:
+            if gpu.get("lost"):
+                continue
+            index = gpu["index"]
+            allocated = is_allocated(gpu)
+            who = owner(gpu) if allocated else ("", "", "")
+            util = gpu.get("util")
+            bucket.add((node, index, *who), gpu.get("name") or "", interval,
+                       allocated, allocated and util is not None and util >= busy_util,
+                       joules((node, index), ts, interval, gpu.get("energy"), gpu.get("power")))
+
+    def drop(self, minute: int) -> int:
+        """Forget an unwritten minute (the rollups' bound); return its GPU samples."""
+        bucket = self.minutes.pop(minute, None)
+        return bucket.samples() if bucket is not None else 0
+
+    def clear(self) -> None:
+        self.minutes = {}
+
+    def gpu_rows(self) -> Iterator[tuple]:
+        """GpuUsage rows: node, gpu, minute, user, job, pod, model, then the sums."""
+        for minute, bucket in sorted(self.minutes.items()):
+            start = dt.datetime.fromtimestamp(minute, dt.UTC)
+            for (node, gpu, user, job, pod), sums in bucket.sums.items():
+                yield (node, gpu, start, user, job, pod, bucket.models[(node, gpu)], *sums)
+
+    def hour_rows(self) -> list[tuple]:
+        """UsageHour rows: hour, node, model, user, job, pod, then the sums."""
+        hours: dict[tuple, Sums] = {}
+        for minute, bucket in self.minutes.items():
+            hour = minute - minute % 3600
+            for (node, gpu, user, job, pod), sums in bucket.sums.items():
+                _add(hours, (hour, node, bucket.models[(node, gpu)], user, job, pod), sums)
+        return [(dt.datetime.fromtimestamp(key[0], dt.UTC), *key[1:], *sums) for key, sums in hours.items()]
+
+    def cluster_rows(self) -> list[tuple]:
+        """ClusterUsage rows: minute, then the sums."""
+        rows = []
+        for minute, bucket in sorted(self.minutes.items()):
+            total: dict[int, Sums] = {}
+            for sums in bucket.sums.values():
+                _add(total, minute, sums)
+            if total:
+                rows.append((dt.datetime.fromtimestamp(minute, dt.UTC), *total[minute]))
+        return rows
+
+
+def _add(into: dict, key, sums: Sums) -> None:
+    into_sums = into.get(key)
+    if into_sums is None:
+        into[key] = list(sums)
+    else:
+        for i, value in enumerate(sums):
+            into_sums[i] += value

@@ -1,0 +1,29 @@
+"""The database side of usage accounting: add each part to its row (rollup_store.merge's upsert)."""
+
+from django.db import connection
+
+from dashboard.live.models import USAGE_SUMS, ClusterUsage, GpuUsage, UsageHour
+from dashboard.live.rollup_store import merge
+from dashboard.live.usage import UsageAccumulator
+
+GPU_KEY = ("node", "gpu", "minute", "user", "job", "pod")
+HOUR_KEY = ("hour", "node", "model", "user", "job", "pod")
+
+
+def _adding(table: str, _vendor: str) -> str:
+    q = connection.ops.quote_name
+    return ", ".join(f"{q(name)} = {table}.{q(name)} + excluded.{q(name)}" for name in USAGE_SUMS)
+
+
+def _adding_with_model(table: str, vendor: str) -> str:
+    q = connection.ops.quote_name
+    return f"{q('model')} = excluded.{q('model')}, " + _adding(table, vendor)
+
+
+def merge_usage(usage: UsageAccumulator) -> int:
+    """Merge every minute the accumulator holds into the three tables; call inside a transaction."""
+    gpu_rows = list(usage.gpu_rows())
+    merge(GpuUsage, (*GPU_KEY, "model", *USAGE_SUMS), GPU_KEY, _adding_with_model, gpu_rows, time_column=2)
+    merge(UsageHour, (*HOUR_KEY, *USAGE_SUMS), HOUR_KEY, _adding, usage.hour_rows(), time_column=0)
+    merge(ClusterUsage, ("minute", *USAGE_SUMS), ("minute",), _adding, usage.cluster_rows(), time_column=0)
+    return len(gpu_rows)

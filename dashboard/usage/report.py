@@ -1,0 +1,121 @@
+"""Usage and cost over a time range, by user, job or node: what the /usage/ page and the API show.
+
+Tables read UsageHour, so a range is whole hours: ``since`` rounds down and
+``until`` up to the hour. Cost is priced at query time with the current
+prices (dashboard/usage/prices.py): a corrected price corrects the past too.
+
+- GPU-hours: allocated GPU-hours (gpulse/usage.py: a job, a pod or a process
+  holds the GPU); cost = GPU-hours × the model's $/GPU-hour.
+- Idle GPU-hours: allocated but below the busy threshold; idle cost alike.
+- kWh: the GPUs' energy (by node: every GPU, allocated or not); energy cost = kWh × $/kWh.
+"""
+
+import datetime as dt
+import math
+import time
+
+import orjson
+from django.db.models import Sum
+from django.db.models.functions import TruncHour
+
+from dashboard.live.models import ClusterUsage, UsageHour
+from dashboard.redis_client import redis_client
+from dashboard.usage.prices import Prices
+from gpulse.keys import Keys
+
+# The owner fields each grouping shows, the first being what it groups by.
+GROUPINGS = {"user": ("user",), "job": ("job", "pod", "user"), "node": ("node",)}
+HOUR = 3600
+MAX_SPAN = dt.timedelta(days=400)
+MINUTE_POINTS_UP_TO = dt.timedelta(days=2)  # longer ranges chart hourly points
+
+
+class BadRange(ValueError):
+    pass
+
+
+def hour_range(since: dt.datetime, until: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """Whole hours covering since..until; BadRange where it is empty, backwards or too long."""
+    if until <= since:
+        raise BadRange(f"'until' ({until.isoformat()}) is not after 'since' ({since.isoformat()})")
+    if until - since > MAX_SPAN:
+        raise BadRange(f"a range of at most {MAX_SPAN.days} days, not {(until - since).days}")
+    start = math.floor(since.timestamp() / HOUR) * HOUR
+    end = math.ceil(until.timestamp() / HOUR) * HOUR
+    return dt.datetime.fromtimestamp(start, dt.UTC), dt.datetime.fromtimestamp(end, dt.UTC)
+
+
+def _figures(allocated: float, busy: float, joules: float, cost: float, idle_cost: float, prices: Prices) -> dict:
+    kwh = joules / 3.6e6
+    return {
+        "gpu_hours": allocated / HOUR,
+        "busy_pct": 100.0 * busy / allocated if allocated else None,
+        "idle_gpu_hours": (allocated - busy) / HOUR,
+        "cost": cost,
+        "idle_cost": idle_cost,
+        "kwh": kwh,
+        "energy_cost": kwh * prices.per_kwh,
+    }
+
+
+def usage_table(by: str, since: dt.datetime, until: dt.datetime, prices: Prices) -> dict:
+    """Rows for each user, job or node over whole hours since..until, costliest first, and their totals."""
+    fields = GROUPINGS[by]
+    start, end = hour_range(since, until)
+    rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
+    if by != "node":  # a GPU nobody held belongs to no user or job (its energy shows by node)
+        rows = rows.filter(allocated_seconds__gt=0)
+    sums = (rows.values(*fields, "model").order_by()
+            .annotate(seconds=Sum("seconds"), allocated=Sum("allocated_seconds"), busy=Sum("busy_seconds"),
+                      joules=Sum("energy_j")))
+    groups: dict[tuple, list[float]] = {}
+    for row in sums:
+        price = prices.gpu_hour(row["model"])
+        group = groups.setdefault(tuple(row[field] for field in fields), [0.0] * 6)
+        for i, value in enumerate((row["seconds"], row["allocated"], row["busy"], row["joules"],
+                                   row["allocated"] / HOUR * price, (row["allocated"] - row["busy"]) / HOUR * price)):
+            group[i] += value
+    table = []
+    for key, (seconds, allocated, busy, joules, cost, idle_cost) in groups.items():
+        entry = {**dict(zip(fields, key, strict=True)), **_figures(allocated, busy, joules, cost, idle_cost, prices)}
+        if by == "node":
+            entry["allocated_pct"] = 100.0 * allocated / seconds if seconds else None
+        table.append(entry)
+    table.sort(key=lambda entry: (-entry["cost"], -entry["kwh"], [entry[field] for field in fields]))
+    _, allocated, busy, joules, cost, idle_cost = (sum(group[i] for group in groups.values()) for i in range(6))
+    return {"by": by, "since": start.timestamp(), "until": end.timestamp(), "rows": table,
+            "totals": _figures(allocated, busy, joules, cost, idle_cost, prices), "prices": prices.as_dict()}
+
+
+def allocation_series(since: dt.datetime, until: dt.datetime) -> dict:
+    """GPUs reporting, allocated and busy over time: per minute up to two days, per hour beyond.
+
+    The minute in progress is left out: ingest writes it in parts, so it would dip.
+    """
+    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    until = min(until, now)
+    rows = ClusterUsage.objects.filter(minute__gte=since, minute__lt=until)
+    if until - since <= MINUTE_POINTS_UP_TO:
+        step = 60
+        points = rows.order_by("minute").values_list("minute", "seconds", "allocated_seconds", "busy_seconds")
+    else:
+        step = HOUR
+        points = (rows.annotate(at=TruncHour("minute")).values("at").order_by("at")
+                  .annotate(s=Sum("seconds"), a=Sum("allocated_seconds"), b=Sum("busy_seconds"))
+                  .values_list("at", "s", "a", "b"))
+    series: dict[str, list] = {"ts": [], "gpus": [], "allocated": [], "busy": []}
+    for at, seconds, allocated, busy in points:
+        series["ts"].append(at.timestamp())
+        series["gpus"].append(seconds / step)
+        series["allocated"].append(allocated / step)
+        series["busy"].append(busy / step)
+    return {"resolution": step, **series}
+
+
+def idle_now(prices: Prices, limit: int = 100) -> list[dict]:
+    """GPUs allocated but idle right now, longest first, with how long and what they cost per hour."""
+    raw = redis_client().get(Keys().idle_allocations)
+    entries = orjson.loads(raw) if raw else []
+    now = time.time()
+    return [{**entry, "idle_s": max(0.0, now - entry["since"]), "usd_per_hour": prices.gpu_hour(entry["model"])}
+            for entry in entries[:limit]]

@@ -1,0 +1,257 @@
+"""Usage accounting through ingest into the database, and the API over it (a real Redis and database)."""
+
+import datetime as dt
+import time
+from collections import defaultdict
+
+import orjson
+import pytest
+
+from dashboard.live.models import ClusterUsage, GpuUsage, UsageHour
+from dashboard.live.usage import EnergyMeter
+from dashboard.summary import idle_summary
+from dashboard.usage.models import EnergyPrice, GpuPrice
+from gpulse.keys import Keys
+from tests.samples import gpu, sample
+from tests.test_ingest import apply, entry_at, frames, make_ingest  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.django_db
+
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def process(user, job, mem=2**33, **more):
+    return {"pid": 4000 + int(job or 0) % 1000, "name": "python", "user": user, "mem_used": mem, "job": job,
+            "step": "0", "cmd": f"python train.py # {job}", **more}
+
+
+def node_sample(node, ts, gpus, interval=1.0):
+    """``gpus``: per GPU index, (util, processes, energy mJ or None, power W, model)."""
+    s = sample(node, gpus=0, ts=ts, interval=interval)
+    s["gpus"] = [gpu(i, util=util, processes=procs, power=power, name=model, **({"energy": energy} if energy else {}))
+                 for i, (util, procs, energy, power, model) in enumerate(gpus)]
+    return s
+
+
+def test_each_gpu_minute_counts_allocated_busy_seconds_and_energy_per_owner(make_ingest):  # noqa: F811
+    ingest = make_ingest()
+    minute = 1_700_000_040.0
+    for second in range(60):
+        apply(ingest, node_sample("n1", minute + second, [
+            (95, [process("alice", "100")], 1_000_000 + 400_000 * second, 400.0, H100),  # 400 W by its counter
+            (0, [process("dana", "101")], None, 90.0, H100),  # no counter: power × interval
+            (0, [], 5_000_000 + 60_000 * second, 60.0, H100),  # nobody's
+        ]))
+    ingest.flush_rollups()
+    rows = {(r.gpu, r.user, r.job): r for r in GpuUsage.objects.filter(node="n1")}
+    assert set(rows) == {(0, "alice", "100"), (1, "dana", "101"), (2, "", "")}
+    busy, idle, free = rows[(0, "alice", "100")], rows[(1, "dana", "101")], rows[(2, "", "")]
+    assert (busy.samples, busy.seconds, busy.allocated_seconds, busy.busy_seconds) == (60, 60.0, 60.0, 60.0)
+    assert (idle.allocated_seconds, idle.busy_seconds) == (60.0, 0.0)
+    assert (free.allocated_seconds, free.busy_seconds, free.seconds) == (0.0, 0.0, 60.0)
+    # The first sample has no delta yet (power × interval); then 59 deltas of the counter.
+    assert busy.energy_j == pytest.approx(400.0 + 59 * 400.0)
+    assert idle.energy_j == pytest.approx(60 * 90.0)
+    assert free.energy_j == pytest.approx(60.0 + 59 * 60.0)
+    assert busy.model == H100
+    hour = UsageHour.objects.get(user="alice")
+    assert (hour.node, hour.job, hour.model, hour.allocated_seconds) == ("n1", "100", H100, 60.0)
+    cluster = ClusterUsage.objects.get()
+    assert (cluster.seconds, cluster.allocated_seconds, cluster.busy_seconds) == (180.0, 120.0, 60.0)
+
+
+def test_a_gpu_that_changes_hands_within_a_minute_has_a_row_per_owner(make_ingest):  # noqa: F811
+    ingest = make_ingest()
+    minute = 1_700_000_040.0
+    for second in range(30):
+        apply(ingest, node_sample("n1", minute + second, [(90, [process("alice", "100")], None, 300.0, H100)]))
+    for second in range(30, 60):
+        apply(ingest, node_sample("n1", minute + second, [(90, [process("bob", "102")], None, 300.0, H100)]))
+    ingest.flush_rollups()
+    assert sorted(GpuUsage.objects.values_list("user", "allocated_seconds")) == [("alice", 30.0), ("bob", 30.0)]
+
+
+def test_the_owner_is_the_process_holding_the_most_memory_and_the_pod_from_k8s(make_ingest):  # noqa: F811
+    ingest = make_ingest()
+    s = node_sample("n1", 1_700_000_040.0, [(90, [process("root", None, mem=2**20),
+                                                  process("erin", "200", mem=2**34)], None, 300.0, H100)])
+    s["gpus"][0]["k8s"] = {"pod": "llama-ft-0", "namespace": "ml", "container": "trainer"}
+    apply(ingest, s)
+    ingest.flush_rollups()
+    assert GpuUsage.objects.values_list("user", "job", "pod").get() == ("erin", "200", "ml/llama-ft-0")
+
+
+def test_entries_read_again_after_a_write_are_not_counted_twice(make_ingest):  # noqa: F811
+    ingest = make_ingest()
+    entries = [(entry_at(1_700_000_040.0 + s), node_sample("n1", 1_700_000_040.0 + s,
+                                                             [(90, [process("alice", "100")], None, 300.0, H100)]))
+               for s in range(10)]
+    for entry_id, s in entries:
+        ingest.apply(s, entry_id)
+    ingest.flush_rollups()
+    again = make_ingest()  # a restarted ingest, re-reading entries whose acknowledgement was lost
+    for entry_id, s in entries:
+        again.apply(s, entry_id)
+    again.flush_rollups()
+    row = GpuUsage.objects.get()
+    assert (row.samples, row.allocated_seconds) == (10, 10.0)
+    assert UsageHour.objects.get().samples == 10 and ClusterUsage.objects.get().samples == 10
+
+
+@pytest.mark.parametrize("readings, expected", [
+    ([(0.0, 1000), (1.0, 401_000)], [100.0, 400.0]),  # a delta of 400 J over 1 s
+    ([(0.0, 1000), (1.0, 500)], [100.0, 100.0]),  # the counter went back (driver reload): power × interval
+    ([(0.0, 1000), (10.0, 401_000)], [100.0, 100.0]),  # a gap of 10 intervals: not this sample's energy
+    ([(0.0, 1000), (1.0, 10**12)], [100.0, 100.0]),  # a million kW: not a GPU, power × interval
+    ([(0.0, None), (1.0, None)], [100.0, 100.0]),  # no counter
+])
+def test_energy_comes_from_the_counters_deltas_where_they_can_be_trusted(readings, expected):
+    meter = EnergyMeter()
+    assert [meter.joules(("n1", 0), ts, 1.0, counter, 100.0) for ts, counter in readings] == pytest.approx(expected)
+
+
+# -- the API and the page's numbers ------------------------------------------------------------------------------
+
+OWNERS = [("alice", "100", 95, H100), ("alice", "103", 40, H100), ("bob", "102", 0, A100), ("dana", "101", 0, H100)]
+
+
+@pytest.fixture
+def three_hours(make_ingest):  # noqa: F811
+    """Three hours of two nodes, a sample every 30 s, owners changing by the hour; one GPU nobody holds."""
+    ingest = make_ingest()
+    start = (int(time.time()) // 3600 - 4) * 3600
+    for step in range(3 * 120):
+        ts = start + 30 * step
+        hour = step // 120
+        for n, node in enumerate(("n1", "n2")):
+            user, job, util, model = OWNERS[(hour + n) % len(OWNERS)]
+            apply(ingest, node_sample(node, ts, [
+                (util, [process(user, job)], 10**9 + 9_000_000 * step, 300.0, model),
+                (0, [], None, 60.0, model),
+            ], interval=30.0))
+    ingest.flush_rollups()
+    return start
+
+
+def independent_sums(by: str) -> dict:
+    """From the per-minute rows, in plain Python: gpu_hours, idle_gpu_hours, kwh and cost per group."""
+    price = {H100: 3.0, A100: 1.5}
+    sums: dict[str, dict] = defaultdict(lambda: defaultdict(float))
+    for row in GpuUsage.objects.all():
+        if by != "node" and row.allocated_seconds == 0:
+            continue
+        group = sums[getattr(row, by)]
+        group["gpu_hours"] += row.allocated_seconds / 3600
+        group["idle_gpu_hours"] += (row.allocated_seconds - row.busy_seconds) / 3600
+        group["kwh"] += row.energy_j / 3.6e6
+        group["cost"] += row.allocated_seconds / 3600 * price[row.model]
+    return sums
+
+
+@pytest.mark.parametrize("by", ["user", "job", "node"])
+def test_the_api_agrees_with_an_independent_sum_over_the_minute_rows(viewer, three_hours, by):
+    GpuPrice.objects.create(gpu_model=H100, usd_per_gpu_hour="3.00")
+    GpuPrice.objects.create(gpu_model=A100, usd_per_gpu_hour="1.50")
+    EnergyPrice.objects.create(usd_per_kwh="0.20")
+    answer = viewer.get(f"/api/v1/usage?by={by}&since={three_hours}&until={three_hours + 3 * 3600}").json()
+    expected = independent_sums(by)
+    assert {row[by] for row in answer["rows"]} == set(expected)
+    for row in answer["rows"]:
+        for figure in ("gpu_hours", "idle_gpu_hours", "kwh", "cost"):
+            assert row[figure] == pytest.approx(expected[row[by]][figure]), (row[by], figure)
+        assert row["energy_cost"] == pytest.approx(row["kwh"] * 0.20)
+    assert answer["totals"]["gpu_hours"] == pytest.approx(sum(g["gpu_hours"] for g in expected.values()))
+    assert [row["cost"] for row in answer["rows"]] == sorted((row["cost"] for row in answer["rows"]), reverse=True)
+
+
+def test_usage_by_user_reads_as_a_platform_team_would(viewer, three_hours):
+    answer = viewer.get(f"/api/v1/usage?by=user&since={three_hours}&until={three_hours + 3 * 3600}").json()
+    users = {row["user"]: row for row in answer["rows"]}
+    # Each hour, each node's first GPU has one owner at a 30 s interval: 1 GPU-hour per owner-hour.
+    dana = users["dana"]
+    assert dana["busy_pct"] == 0 and dana["idle_gpu_hours"] == pytest.approx(dana["gpu_hours"])
+    assert users["alice"]["busy_pct"] == pytest.approx(100.0)
+    assert sum(row["gpu_hours"] for row in answer["rows"]) == pytest.approx(6.0)
+    by_node = viewer.get(f"/api/v1/usage?by=node&since={three_hours}&until={three_hours + 3 * 3600}").json()
+    assert {row["node"]: row["allocated_pct"] for row in by_node["rows"]} == pytest.approx({"n1": 50.0, "n2": 50.0})
+
+
+def test_the_range_is_whole_hours_and_a_range_outside_the_data_is_empty(viewer, three_hours):
+    inside = viewer.get(f"/api/v1/usage?by=user&since={three_hours + 600}&until={three_hours + 3600 - 600}").json()
+    assert (inside["since"], inside["until"]) == (three_hours, three_hours + 3600)
+    assert sum(row["gpu_hours"] for row in inside["rows"]) == pytest.approx(2.0)
+    before = viewer.get(f"/api/v1/usage?by=user&since={three_hours - 7200}&until={three_hours}").json()
+    assert before["rows"] == [] and before["totals"]["gpu_hours"] == 0
+
+
+@pytest.mark.parametrize("query, message", [
+    ("by=team", "'by' is one of user, job, node, not 'team'"),
+    ("since=yesterday", "not a time: 'yesterday'"),
+    ("since=1700003600&until=1700000000", "is not after 'since'"),
+    ("since=1000d", "a range of at most 400 days"),
+])
+def test_a_wrong_query_gets_a_clear_error(viewer, query, message):
+    response = viewer.get(f"/api/v1/usage?{query}")
+    assert response.status_code == 400 and message in response.json()["error"]
+
+
+def test_the_api_needs_login(client):
+    assert client.get("/api/v1/usage").status_code == 401
+
+
+# -- idle allocations now ----------------------------------------------------------------------------------------
+
+def test_ingest_lists_the_idle_allocations_now_with_owner_and_since(redis_client, make_ingest, viewer):  # noqa: F811
+    ingest = make_ingest()
+    now = time.time()
+    for second in (-90, -60, -30, 0):
+        apply(ingest, node_sample("n1", now + second, [
+            (0, [process("dana", "101", cmd="jupyter-lab --port 8888")], None, 80.0, H100),
+            (97, [process("alice", "100")], None, 600.0, H100),
+            (0, [], None, 60.0, H100),
+        ]))
+    ingest.emit(now)
+    listed = orjson.loads(redis_client.get(Keys().idle_allocations))
+    assert [(e["node"], e["gpu"], e["user"], e["job"], e["since"]) for e in listed] == [("n1", 0, "dana", "101",
+                                                                                          pytest.approx(now - 90))]
+    GpuPrice.objects.create(gpu_model=H100, usd_per_gpu_hour="4.00")
+    answer = viewer.get("/api/v1/usage?by=user&since=1h").json()
+    assert answer["idle_now"][0]["usd_per_hour"] == 4.0 and answer["idle_now"][0]["idle_s"] >= 89
+    assert idle_summary(ingest.idle.by_model())["gpus"] == 1
+
+    # Busy again: it leaves the list at the next write.
+    apply(ingest, node_sample("n1", now + 30, [(80, [process("dana", "101")], None, 300.0, H100)]))
+    ingest.emit(now + 30)
+    assert orjson.loads(redis_client.get(Keys().idle_allocations)) == []
+
+
+def test_a_down_nodes_gpus_leave_the_idle_list(redis_client, make_ingest):  # noqa: F811
+    ingest = make_ingest()
+    now = time.time()
+    apply(ingest, node_sample("n1", now - 100, [(0, [process("dana", "101")], None, 80.0, H100)]))
+    ingest.emit(now - 100)
+    assert len(orjson.loads(redis_client.get(Keys().idle_allocations))) == 1
+    ingest.emit(now)  # 100 intervals without a sample: down
+    assert orjson.loads(redis_client.get(Keys().idle_allocations)) == []
+
+
+def test_the_idle_kpi_prices_each_model(db):
+    GpuPrice.objects.create(gpu_model=A100, usd_per_gpu_hour="1.50")
+    from dashboard import summary
+
+    summary._prices["at"] = -summary.PRICES_EVERY  # read the new price now
+    figures = idle_summary({A100: 2, H100: 1})
+    assert figures == {"gpus": 3, "usd_per_hour": pytest.approx(2 * 1.5 + 2.5)}  # H100 at GPULSE_PRICE_GPU_HOUR
+
+
+def test_a_minute_of_usage_lands_in_the_hour_it_belongs_to(make_ingest):  # noqa: F811
+    ingest = make_ingest()
+    hour = 1_700_002_800.0  # 02:00 on the hour boundary
+    assert hour % 3600 == 0
+    for ts in (hour - 30, hour + 30):
+        apply(ingest, node_sample("n1", ts, [(90, [process("alice", "100")], None, 300.0, H100)], interval=30.0))
+    ingest.flush_rollups()
+    hours = sorted(UsageHour.objects.values_list("hour", "allocated_seconds"))
+    assert hours == [(dt.datetime.fromtimestamp(hour - 3600, dt.UTC), 30.0),
+                     (dt.datetime.fromtimestamp(hour, dt.UTC), 30.0)]
