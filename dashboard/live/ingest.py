@@ -35,6 +35,7 @@ from gpulse import schema
 from gpulse.keys import INGEST_GROUP, RECENT_POINTS, Keys
 from gpulse.ratelog import RateLimitedLog
 from gpulse.status import DEFAULT_MAX_CLOCK_SKEW, DOWN, UP, place
+from gpulse.usage import BUSY_UTIL
 
 log = logging.getLogger("gpulse.ingest")
 
@@ -94,6 +95,7 @@ class Ingest:
         flush_interval: float = 5.0,
         max_rollup_rows: int = 500_000,
         max_unacked: int = 200_000,
+        busy_util: float = BUSY_UTIL,
     ):
         self.redis = client
         self.publish = publish
@@ -107,7 +109,7 @@ class Ingest:
         self.state = ClusterState(max_skew=max_clock_skew)
         self.forget_nodes_after = forget_nodes_after
         self.forget_consumers_after = forget_consumers_after
-        self.frames = FrameBuilder()
+        self.frames = FrameBuilder(busy_util)
         self.rollups = RollupAccumulator(f"{self.keys.telemetry} {INGEST_GROUP}", max_rows=max_rollup_rows)
         self.flush_interval = flush_interval
         self.next_flush = 0.0

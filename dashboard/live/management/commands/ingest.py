@@ -42,6 +42,7 @@ class Command(BaseCommand):
             flush_interval=settings.GPULSE_ROLLUP_FLUSH_INTERVAL,
             max_rollup_rows=settings.GPULSE_ROLLUP_MAX_ROWS,
             max_unacked=settings.GPULSE_INGEST_MAX_UNACKED,
+            busy_util=settings.GPULSE_BUSY_UTIL,
         )
         log.info("ingest %s reading %s every %.1f s", ingest.consumer, ingest.keys.telemetry, tick)
         try:
