@@ -15,6 +15,11 @@ verdict (down, or no health checks): "unknown" is no number to compare, as a
 null reading is left out. ``gpulse_health_check`` is 1 for each finding
 (node, gpu, check, status; gpu "" for a node or cluster check) and absent
 otherwise, so its series are bounded by what is wrong, not by GPUs × checks.
+
+Usage (gpulse/usage.py): ``gpulse_gpu_allocated`` and ``gpulse_gpu_busy``
+(allocated and at or above GPULSE_BUSY_UTIL; absent while allocated without a
+utilization) carry the GPU's current owner as ``user`` and ``job`` labels: one
+series per GPU at a time, a new one when its owner changes.
 """
 
 import logging
@@ -41,6 +46,7 @@ from gpulse.health import VERDICT_LEVEL
 from gpulse.schema import GPU_METRICS
 from gpulse.status import NODE_STATUSES, UP
 from gpulse.throttle import THROTTLE_REASONS
+from gpulse.usage import is_allocated, is_idle_allocated, owner
 from workers.job_status import JobStatus
 
 log = logging.getLogger(__name__)
@@ -87,9 +93,13 @@ GPU_GAUGES = {
 # restart, which rate() and increase() allow for), as dcgm-exporter exports
 # DCGM_FI_DEV_ECC_DBE_VOL_TOTAL.
 ECC_COUNTER = "gpulse_gpu_ecc_uncorrected_errors"
+# NVML's total energy since the driver loaded (mJ), exported in joules: a counter for the same reason.
+ENERGY_COUNTER = "gpulse_gpu_energy_joules"
 _DESCRIPTIONS = {metric.name: metric.description for metric in GPU_METRICS}
 OTHER_METRICS = (
     "gpulse_gpu_lost",
+    "gpulse_gpu_allocated",
+    "gpulse_gpu_busy",
     "gpulse_gpu_throttle_reason",
     "gpulse_node_up",
     "gpulse_node_status",
@@ -106,11 +116,11 @@ OTHER_METRICS = (
     "gpulse_alert_proposals_failed_total",
 )
 # Every series name /metrics can export (the Grafana dashboard's test checks against it).
-EXPORTED_NAMES = (frozenset(name for name, _, _ in GPU_GAUGES.values()) | {f"{ECC_COUNTER}_total"}
-                  | frozenset(OTHER_METRICS))
+EXPORTED_NAMES = (frozenset(name for name, _, _ in GPU_GAUGES.values())
+                  | {f"{ECC_COUNTER}_total", f"{ENERGY_COUNTER}_total"} | frozenset(OTHER_METRICS))
 
 
-def gpu_families(nodes: list[dict]):
+def gpu_families(nodes: list[dict], busy_util: float):
     gauges = {field: GaugeMetricFamily(name, f"{_DESCRIPTIONS[field]} ({unit})", labels=GPU_LABELS)
               for field, (name, _, unit) in GPU_GAUGES.items()}
     ecc = CounterMetricFamily(ECC_COUNTER, f"{_DESCRIPTIONS['ecc_uncorrected']}; restarts at 0 when the driver reloads",
@@ -119,6 +129,12 @@ def gpu_families(nodes: list[dict]):
                              labels=GPU_LABELS)
     throttle = GaugeMetricFamily("gpulse_gpu_throttle_reason", "1 while this clock throttle reason is active",
                                  labels=[*GPU_LABELS, "reason"])
+    energy = CounterMetricFamily(ENERGY_COUNTER, "energy used since the driver was loaded (J); restarts at 0 when "
+                                 "the driver reloads", labels=GPU_LABELS)
+    allocated = GaugeMetricFamily("gpulse_gpu_allocated", "1 while a process or a Kubernetes pod holds the GPU; "
+                                  "user and job: its owner's (\"\" where unknown)", labels=[*GPU_LABELS, "user", "job"])
+    busy = GaugeMetricFamily("gpulse_gpu_busy", f"1 while allocated and its utilization is at or above {busy_util:g} "
+                             "% (GPULSE_BUSY_UTIL); user and job: its owner's", labels=[*GPU_LABELS, "user", "job"])
     for node in nodes:
         if node["status"] != UP:
             continue
@@ -135,10 +151,18 @@ def gpu_families(nodes: list[dict]):
             if reasons is not None:
                 for reason in THROTTLE_REASONS:
                     throttle.add_metric([*labels, reason], 1 if reason in reasons else 0)
+            if gpu.get("energy") is not None:
+                energy.add_metric(labels, gpu["energy"] / 1000)
+            if gpu.get("lost"):
+                continue  # no readings, no processes: whether it is held is unknown
+            idle = is_idle_allocated(gpu, busy_util)
+            held = is_allocated(gpu)
+            by = [*labels, *owner(gpu)[:2]]
+            allocated.add_metric(by, 1 if held else 0)
+            if idle is not None:
+                busy.add_metric(by, 1 if held and not idle else 0)
     yield from gauges.values()
-    yield ecc
-    yield lost
-    yield throttle
+    yield from (ecc, lost, throttle, energy, allocated, busy)
 
 
 def node_families(nodes: list[dict]):
@@ -237,7 +261,7 @@ class ClusterCollector:
 
     def collect(self):
         nodes = read_cluster()
-        yield from gpu_families(nodes)
+        yield from gpu_families(nodes, settings.GPULSE_BUSY_UTIL)
         yield from node_families(nodes)
         yield from health_families(read_health())
         yield from benchmark_families()

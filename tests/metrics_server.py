@@ -22,6 +22,9 @@ from tests.test_node_health import NVLINK_DOWN, finding, with_health
 from tests.web_server import uvicorn_server
 
 TOKEN = "metrics-token-0123456789-abcdefghijklmnop"
+OWNED = {"pid": 4242, "name": "python", "user": "dana", "job": "41007", "mem_used": 2 << 30}
+# A user name as a node may send it: quotes, a backslash and a newline to escape in a label value.
+ODD_USER = 'o"brien\\x\ny'
 
 # Rows the scraped app finds in its database: what ingest, the control worker
 # and the alert evaluator would have written.
@@ -56,15 +59,16 @@ def write_cluster(client: redis.Redis) -> None:
     # A long interval keeps the statuses steady however slowly the test runs.
     interval = 60.0
     nodes = {
-        # n1 GPU 1: no fan (null → not exported), throttled by the power cap.
+        # n1 GPU 0: dana's job, busy; GPU 1: no fan (null → not exported), throttled by the power cap, no process.
         "n1": sample("n1", ts=now, interval=interval, gpus=0) | {"gpus": [
-            gpu(0, util=97, temp=66, power=612.4, fan=35),
+            gpu(0, util=97, temp=66, power=612.4, fan=35, energy=48213775401, processes=[OWNED]),
             gpu(1, util=12, temp=41, power=150.5, throttle=["sw_power_cap"], ecc_uncorrected=None),
         ]},
-        # n2 GPU 1 fell off the bus: lost, every reading null.
+        # n2 GPU 1 fell off the bus: lost, every reading null; GPU 2 held but idle, by a user the node names oddly.
         "n2": sample("n2", ts=now, interval=interval, gpus=0) | {"gpus": [
             gpu(0, util=50),
             {**gpu(1), **dict.fromkeys(schema.GPU_METRIC_NAMES), "lost": True, "throttle": None},
+            gpu(2, util=2, processes=[{**OWNED, "user": ODD_USER, "job": None}]),
         ]},
         # Late by more than two intervals: stale, not yet down.
         "late": sample("late", ts=now - 2.5 * interval, interval=interval, gpus=2),

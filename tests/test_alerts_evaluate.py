@@ -3,11 +3,24 @@
 import time
 from datetime import UTC
 
+import orjson
 import pytest
 
+from dashboard.alerts import delivery
+from dashboard.alerts.conditions import CompiledRule
 from dashboard.alerts.evaluate import AlertEvaluator, firing_count
 from dashboard.alerts.formats import FORMATS, Event
-from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition
+from dashboard.alerts.models import (
+    FIRING,
+    INACTIVE,
+    PENDING,
+    RESOLVED,
+    Alert,
+    Rule,
+    Silence,
+    Transition,
+    WebhookEndpoint,
+)
 from dashboard.live.node_health import NodeHealthBook
 from dashboard.live.state import ClusterState, NodeState
 from gpulse.health import CHECK_IDS, action
@@ -412,3 +425,81 @@ def test_ib_port_down_counts_the_ports_not_active_and_linked_up(rules, run):
     assert run(ev, state, T0) == ["firing"]
     assert ev.firing_targets() == {("n1", None)}
     assert Alert.objects.get(node="n1").value == 1
+
+
+def owned_by(user="dana", job="41007", **gpu_fields) -> dict:
+    """GPU readings with one process of ``user``'s ``job`` holding memory."""
+    process = {"pid": 4242, "name": "jupyter-lab", "user": user, "job": job, "mem_used": 2 << 30}
+    return {"processes": [process], **gpu_fields}
+
+
+@pytest.mark.parametrize("reading, value", [
+    (owned_by(util=0), 1),  # allocated, below GPULSE_BUSY_UTIL
+    (owned_by(util=5), 0),  # at the threshold: busy
+    ({"util": 0, "processes": []}, 0),  # not allocated: not idle, whatever its utilization
+    ({"util": 0, "processes": [], "k8s": {"pod": "nb-1", "namespace": "ml", "container": None}}, 1),  # a pod's
+    (owned_by(util=None), None),  # allocated, utilization not reported: no verdict
+    (owned_by(util=None, lost=True), 0),
+])
+def test_idle_allocated_reads_allocation_and_the_busy_threshold(settings, reading, value):
+    settings.GPULSE_BUSY_UTIL = 5.0
+    rule = CompiledRule.compile(Rule(metric="gpu.idle_allocated", comparison="==", threshold=1))
+    assert rule.read(gpu(7, **reading)) == value
+
+
+def test_idle_allocated_takes_its_threshold_from_the_setting(settings):
+    settings.GPULSE_BUSY_UTIL = 20.0
+    rule = CompiledRule.compile(Rule(metric="gpu.idle_allocated", comparison="==", threshold=1))
+    assert rule.read(gpu(7, **owned_by(util=19))) == 1 and rule.read(gpu(7, **owned_by(util=20))) == 0
+
+
+def test_an_idle_allocated_gpu_fires_and_the_webhooks_name_its_user_job_and_pod(rules, run, receiver, settings):
+    settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
+    rule = rules(name="GPU allocated but idle", metric="gpu.idle_allocated", comparison="==", threshold=1,
+                 for_seconds=1800)
+    k8s = {"pod": "nb-dana-0", "namespace": "ml", "container": "notebook"}
+    idle = cluster(("gpu-03", UP, [gpu(0, **owned_by("erin", "41008", util=90)), gpu(7, **owned_by(util=0, k8s=k8s))]))
+    ev = AlertEvaluator()
+    assert run(ev, idle, T0) == []
+    assert run(ev, idle, T0 + 1800) == ["firing"]
+    assert ev.firing_targets() == {("gpu-03", 7)}
+    fired = Transition.objects.get(alert__rule=rule, new=FIRING)
+    assert fired.reason == ("gpu.idle_allocated == 1 for 1800 s (now 1), held 1800 s: "
+                            "user dana, job 41007, pod ml/nb-dana-0")
+    assert (fired.owner_user, fired.owner_job, fired.owner_pod) == ("dana", "41007", "ml/nb-dana-0")
+
+    # Delivered as the webhook worker delivers it, to a real receiver, in every format.
+    for name in FORMATS:
+        endpoint = WebhookEndpoint.objects.create(name=name, url=receiver.url, format=name)
+        assert delivery.attempt(endpoint, Event.from_transition(fired), 1, fired).outcome == "ok"
+    gpulse_body, alertmanager, slack = (orjson.loads(r["body"]) for r in receiver.wait_for(3))
+    assert gpulse_body["alert"]["owner"] == {"user": "dana", "job": "41007", "pod": "ml/nb-dana-0"}
+    assert "user dana, job 41007" in gpulse_body["alert"]["reason"]
+    [am_alert] = alertmanager["alerts"]
+    assert {k: am_alert["annotations"][k] for k in ("user", "job", "pod")} == gpulse_body["alert"]["owner"]
+    assert "gpu-03 GPU 7" in slack["text"] and "user dana, job 41007, pod ml/nb-dana-0" in slack["text"]
+
+    # Busy again: resolved, still naming whose it is.
+    busy = cluster(("gpu-03", UP, [gpu(0, **owned_by("erin", "41008", util=90)), gpu(7, **owned_by(util=80))]))
+    assert run(ev, busy, T0 + 1900) == ["resolved"]
+    resolved = Transition.objects.get(alert__rule=rule, new=RESOLVED)
+    assert resolved.reason.endswith("back to normal: user dana, job 41007") and resolved.owner_user == "dana"
+
+
+def test_an_owner_named_by_the_node_is_escaped_for_slack_and_shortened_in_the_reason(rules, run):
+    rules(metric="gpu.idle_allocated", comparison="==", threshold=1, for_seconds=0)
+    user, job = "<!channel> & <@U024BE7LH>", "j" * 128  # the node's texts: at most 128 characters each
+    run(AlertEvaluator(), cluster(("n1", UP, [gpu(0, **owned_by(user, job, util=0))])), T0)
+    fired = Transition.objects.get(new=FIRING)
+    assert fired.owner_job == job  # in full where a field holds it
+    assert len(fired.reason) <= 300 and f"job {'j' * 59}…" in fired.reason
+    slack = orjson.loads(FORMATS["slack"].render(Event.from_transition(fired), "ops"))
+    assert "user &lt;!channel&gt; &amp; &lt;@U024BE7LH&gt;" in slack["text"] and "<!channel>" not in slack["text"]
+
+
+def test_other_metrics_name_no_owner(rules, run):
+    rules(metric="gpu.util", comparison="<", threshold=5, for_seconds=0)
+    run(AlertEvaluator(), cluster(("n1", UP, [gpu(0, **owned_by(util=0))])), T0)
+    fired = Transition.objects.get(new=FIRING)
+    assert "dana" not in fired.reason and fired.owner_user == ""
+    assert orjson.loads(FORMATS["gpulse"].render(Event.from_transition(fired), "ops"))["alert"]["owner"] is None

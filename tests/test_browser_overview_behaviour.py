@@ -130,3 +130,57 @@ def test_a_node_with_a_skewed_clock_is_up_and_badged_then_forgotten(small_system
         timeout=(2 * FORGET_AFTER_S + 30) * 1000,
     )
     assert small_page.evaluate("window.gpulse.frames") > 100  # the same page all along
+
+
+USAGE_ROW = """(name) => {
+  const gd = document.getElementById("heatmap");
+  const r = gd.data ? gd.layout.yaxis.ticktext.findIndex(t => t.startsWith(name)) : -1;
+  const trace = gd.data ? gd.data[0] : null;
+  return r < 0 ? null : {r: r, z: trace.z[r], text: trace.text[r], range: [trace.zmin, trace.zmax],
+    top: trace.colorscale[trace.colorscale.length - 1][1],
+    min: document.getElementById("scale-min").textContent, max: document.getElementById("scale-max").textContent};
+}"""
+CELL_CENTRE = """([r, g]) => {
+  const gd = document.getElementById("heatmap");
+  const full = gd._fullLayout, box = gd.getBoundingClientRect();
+  return {x: box.left + full._size.l + full.xaxis.l2p(g), y: box.top + full._size.t + full.yaxis.l2p(r)};
+}"""
+
+
+def test_the_usage_heatmap_colours_an_allocated_idle_gpu_as_idle(small_system, small_page):
+    # Real samples through ingest, which sets the frames' allocation flags: GPU 0 free,
+    # GPU 1 dana's busy job, GPU 2 her job sitting idle below GPULSE_BUSY_UTIL (5 %).
+    # Last in this module: its node stays in this system's pages until it is forgotten.
+    job = {"pid": 4242, "name": "jupyter-lab", "user": "dana", "job": "41007", "mem_used": 2 << 30}
+    client, keys = redis.Redis.from_url(small_system.redis_url), Keys()
+    stopped = threading.Event()
+
+    def collector():
+        while not stopped.is_set():
+            s = sample("usage-01", gpus=3)
+            s["gpus"][1].update(util=90, processes=[job])
+            s["gpus"][2].update(util=1, processes=[job])
+            encoded = schema.encode(s)
+            client.xadd(keys.telemetry, {"s": encoded})
+            client.set(keys.node(s["node"]), encoded, ex=node_ttl(1.0))
+            stopped.wait(1.0)
+
+    thread = threading.Thread(target=collector, daemon=True)
+    thread.start()
+    try:
+        small_page.goto(small_system.url.rstrip("/") + "/")
+        small_page.select_option("#heat-metric", "usage")
+        small_page.wait_for_function(f"() => {{ const u = ({USAGE_ROW})('usage-01'); return u && u.z[2] === 2; }}")
+        usage = small_page.evaluate(USAGE_ROW, "usage-01")
+        assert usage["z"] == [0, 1, 2] and usage["range"] == [0, 2]
+        assert usage["top"] == "#f59e0b"  # z 2, the top of the scale, is the warning colour
+        assert [cell.split("<br>")[0] for cell in usage["text"]] == ["", "", "IDLE"]
+        assert (usage["min"], usage["max"]) == ("not allocated", "idle")
+        centre = small_page.evaluate(CELL_CENTRE, [usage["r"], 2])
+        small_page.mouse.move(centre["x"], centre["y"])
+        small_page.wait_for_selector("#heat-tooltip:not([hidden])")
+        assert "Usage: idle (allocated)" in small_page.text_content("#heat-tooltip")
+    finally:
+        stopped.set()
+        thread.join()
+        small_page.evaluate("localStorage.clear()")

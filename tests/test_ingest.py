@@ -5,10 +5,10 @@ import time
 import orjson
 import pytest
 
-from dashboard.live.frames import FIELDS, FLAG_LOST, MIB
+from dashboard.live.frames import FIELDS, FLAG_ALLOCATED, FLAG_IDLE, FLAG_LOST, MIB, gpu_row
 from dashboard.live.ingest import Ingest
 from dashboard.live.models import GpuRollup
-from gpulse import schema
+from gpulse import schema, usage
 from gpulse.keys import INGEST_GROUP, Keys
 from tests.samples import sample
 
@@ -123,6 +123,41 @@ def test_a_lost_gpu_is_flagged_and_the_others_report(redis_client, make_ingest, 
     rows = frames[0]["nodes"]["n1"]["gpus"]
     assert rows[1] == [None, None, None, None, None, FLAG_LOST]
     assert rows[0][0] == 50 and rows[2][0] == 50
+
+
+def owned(util, **gpu_fields) -> dict:
+    """A GPU reading of a process that dana's job 41007 runs."""
+    process = {"pid": 4242, "name": "python", "user": "dana", "job": "41007", "mem_used": 1 << 30}
+    return {"util": util, "processes": [process], **gpu_fields}
+
+
+def test_allocated_gpus_are_flagged_and_idle_ones_below_the_busy_threshold_ingest_was_given(
+        redis_client, make_ingest, frames):
+    ingest = make_ingest(busy_util=20.0)
+    s = sample("n1", gpus=5)
+    s["gpus"][1].update(owned(19))  # below 20 %: idle
+    s["gpus"][2].update(owned(20))  # at the threshold: busy
+    s["gpus"][3].update(owned(None))  # no utilization: allocated, no verdict
+    s["gpus"][4].update(util=0, k8s={"pod": "nb-1", "namespace": "ml", "container": None})  # a pod, no process seen
+    xadd(redis_client, schema.encode(s))
+    ingest.read(block_ms=10)
+    ingest.emit(time.time())
+    flags = [row[-1] for row in frames[0]["nodes"]["n1"]["gpus"]]
+    assert flags == [0, FLAG_ALLOCATED | FLAG_IDLE, FLAG_ALLOCATED, FLAG_ALLOCATED, FLAG_ALLOCATED | FLAG_IDLE]
+
+
+@pytest.mark.parametrize("reading", [
+    {}, owned(0), owned(4.9), owned(5), owned(None), {"util": 0, "processes": None},
+    {"util": 1, "k8s": {"pod": "p", "namespace": None, "container": None}},
+    {"util": 1, "k8s": {"pod": None, "namespace": "ml", "container": None}},
+    {**owned(0), "lost": True, "util": None},
+])
+def test_the_frame_flags_say_what_gpulse_usage_says(reading):
+    # gpu_row inlines usage's tests for speed: they must not drift apart.
+    gpu = {**sample("n1", gpus=1)["gpus"][0], "processes": [], **reading}
+    flags = gpu_row(gpu)[-1]
+    assert bool(flags & FLAG_ALLOCATED) == (usage.is_allocated(gpu) and not gpu.get("lost"))
+    assert bool(flags & FLAG_IDLE) == (usage.is_idle_allocated(gpu) is True)
 
 
 def test_a_late_buffered_sample_does_not_replace_a_newer_one(redis_client, make_ingest):

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dashboard.accounts.models import ApiToken
 from dashboard.metrics import EXPORTED_NAMES
 from gpulse.throttle import THROTTLE_REASONS
-from tests.metrics_server import TOKEN, scrape, serve_metrics
+from tests.metrics_server import ODD_USER, TOKEN, scrape, serve_metrics
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "grafana" / "gpulse-dashboard.json"
 
@@ -67,6 +67,22 @@ def test_null_readings_are_left_out_not_zero(scraped):
     assert scraped["gpulse_gpu_lost"][lost] == 1 and scraped["gpulse_gpu_lost"][gpu_labels("n2", 0)] == 0
     assert lost not in scraped["gpulse_gpu_utilization_ratio"]
     assert not any(labels[:4] == lost for labels in scraped["gpulse_gpu_throttle_reason"])
+
+
+def test_energy_is_a_counter_in_joules(scraped):
+    assert scraped["gpulse_gpu_energy_joules_total"] == {gpu_labels("n1", 0): 48213775.401}  # from 48213775401 mJ
+
+
+def test_allocation_and_busy_carry_the_owner_one_series_per_gpu(scraped):
+    n1_0, n1_1 = gpu_labels("n1", 0, user="dana", job="41007"), gpu_labels("n1", 1, user="", job="")
+    odd = gpu_labels("n2", 2, user=ODD_USER, job="")  # the parser read back what the exporter escaped
+    assert scraped["gpulse_gpu_allocated"] == {n1_0: 1, n1_1: 0, gpu_labels("n2", 0, user="", job=""): 0, odd: 1}
+    assert scraped["gpulse_gpu_busy"] == {n1_0: 1, n1_1: 0, gpu_labels("n2", 0, user="", job=""): 0, odd: 0}
+
+
+def test_label_values_a_node_sends_are_escaped(web):
+    text = scrape(web)[1]
+    assert 'user="o\\"brien\\\\x\\ny"' in text
 
 
 def test_throttle_reasons_are_one_hot(scraped):

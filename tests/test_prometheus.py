@@ -102,9 +102,11 @@ def test_prometheus_scrapes_metrics_with_the_token_and_no_error(prometheus):
 def test_prometheus_stores_the_base_unit_series(prometheus):
     series = {(s["metric"]["node"], s["metric"]["gpu"]): float(s["value"][1])
               for s in api(prometheus, "query", query="gpulse_gpu_utilization_ratio")["result"]}
-    assert series == {("n1", "0"): 0.97, ("n1", "1"): 0.12, ("n2", "0"): 0.5}
+    assert series == {("n1", "0"): 0.97, ("n1", "1"): 0.12, ("n2", "0"): 0.5, ("n2", "2"): 0.02}
     [ecc] = api(prometheus, "metadata", metric="gpulse_gpu_ecc_uncorrected_errors")["gpulse_gpu_ecc_uncorrected_errors"]
     assert ecc["type"] == "counter"
+    [energy] = api(prometheus, "metadata", metric="gpulse_gpu_energy_joules")["gpulse_gpu_energy_joules"]
+    assert energy["type"] == "counter"
 
 
 @needs_prometheus

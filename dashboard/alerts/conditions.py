@@ -8,7 +8,10 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from dashboard.alerts.models import Rule, is_gpu_metric
+from gpulse import usage
 from gpulse.health import VERDICT_LEVEL
 from gpulse.status import DOWN, STALE, UP
 
@@ -52,6 +55,16 @@ def _throttle(reason):
     return read
 
 
+def _idle_allocated(busy_util: float):
+    """1 while allocated and below ``busy_util``, 0 otherwise, no verdict while allocated without a utilization."""
+
+    def read(gpu):
+        idle = usage.is_idle_allocated(gpu, busy_util)
+        return None if idle is None else int(idle)
+
+    return read
+
+
 GPU_READERS = {
     "gpu.util": _reading("util"),
     "gpu.temp": _reading("temp"),
@@ -61,6 +74,19 @@ GPU_READERS = {
     "gpu.xid": _xid,
     "gpu.lost": _lost,
 }
+
+
+# Metrics whose notifications name the GPU's owner, so a receiver can tell them.
+NAMES_OWNER = frozenset({"gpu.idle_allocated"})
+# Characters of each owner part in the reason: the three fit its 300 after the condition.
+OWNER_PART = 60
+
+
+def owner_detail(owner: usage.Owner) -> str:
+    """The owner's known parts, to end the alert's reason: ": user dana, job 41007, pod ml/nb-1"."""
+    parts = [f"{label} {value if len(value) <= OWNER_PART else value[:OWNER_PART - 1] + '…'}"
+             for label, value in zip(("user", "job", "pod"), owner, strict=True) if value]
+    return ": " + ", ".join(parts) if parts else ""
 
 
 # GPU-level health metrics: 1 while the GPU has a warn or fail finding of this check
@@ -140,6 +166,8 @@ class CompiledRule:
         gpu_level = is_gpu_metric(rule.metric)
         if rule.metric == "gpu.throttle":
             read = _throttle(rule.throttle_reason)
+        elif rule.metric == "gpu.idle_allocated":
+            read = _idle_allocated(settings.GPULSE_BUSY_UTIL)
         else:
             read = GPU_READERS.get(rule.metric)
         return cls(

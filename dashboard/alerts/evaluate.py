@@ -19,12 +19,13 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Q
 
-from dashboard.alerts.conditions import CompiledRule, health_detail, node_value
+from dashboard.alerts.conditions import NAMES_OWNER, CompiledRule, health_detail, node_value, owner_detail
 from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition, fingerprint
 from dashboard.live.state import ClusterState
 from dashboard.scheduler import hooks as drain_hooks
 from gpulse.ratelog import RateLimitedLog
 from gpulse.status import UP
+from gpulse.usage import NOBODY, Owner, owner
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class Proposal:
     notify: bool = False
     since: float | None = None  # when the old status began
     repeat_interval: float = 0.0
+    owner: Owner = NOBODY  # whose the GPU is, for the metrics that name it (NAMES_OWNER)
 
 
 class AlertEvaluator:
@@ -250,10 +252,16 @@ class AlertEvaluator:
                     value = None if flagged is None else int((rule.health_check, index) in flagged)
                 if value is None:
                     continue
+                key = (rule.id, name, index)
                 if rule.test(value):
-                    self._when_true(rule, (rule.id, name, index), value, now, out)
+                    self._when_true(rule, key, value, now, out)
                 elif has_active:
-                    self._when_false(rule, (rule.id, name, index), value, out)
+                    self._when_false(rule, key, value, out)
+                # Only once there is something to tell: most ticks propose nothing.
+                if rule.metric in NAMES_OWNER and key in out:
+                    proposal = out[key]
+                    proposal.owner = owner(gpu)
+                    proposal.reason += owner_detail(proposal.owner)
 
     def _when_true(self, rule: CompiledRule, key, value, now, out, detail: str = ""):
         """``detail``: what the metric's value stands for (node.health's reason and action), ends the reason."""
@@ -348,6 +356,9 @@ class AlertEvaluator:
                         since=_dt(p.since) if p.since is not None else None,
                         created=when,
                         notify=p.notify,
+                        owner_user=p.owner.user,
+                        owner_job=p.owner.job,
+                        owner_pod=p.owner.pod,
                     )
                     for p in winners
                 ]

@@ -8,6 +8,7 @@ import orjson
 from django.conf import settings
 
 from dashboard.alerts.models import FIRING, RESOLVED, Transition
+from gpulse.usage import NOBODY, Owner
 
 # Alertmanager's "no end yet" timestamp: Go's zero time.
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -31,6 +32,8 @@ class Event:
     starts_at: datetime
     ends_at: datetime | None
     created: datetime
+    # Whose the GPU is, for the metrics that name it (gpu.idle_allocated); NOBODY otherwise.
+    owner: Owner = NOBODY
 
     @property
     def status(self) -> str:
@@ -71,6 +74,7 @@ class Event:
             starts_at=alert.fired_at or transition.created,
             ends_at=transition.created if transition.new == RESOLVED else None,
             created=transition.created,
+            owner=Owner(transition.owner_user, transition.owner_job, transition.owner_pod),
         )
 
     @classmethod
@@ -182,6 +186,8 @@ class GpulseFormat(Format):
                     "summary": event.summary,
                     "starts_at": rfc3339(event.starts_at),
                     "ends_at": rfc3339(event.ends_at) if event.ends_at else None,
+                    # {"user", "job", "pod"}, "" where unknown; null when no owner is known or the metric names none.
+                    "owner": event.owner._asdict() if event.owner != NOBODY else None,
                 },
                 "created": rfc3339(event.created),
                 "url": f"{external_url()}/alerts/",
@@ -206,6 +212,8 @@ class AlertmanagerFormat(Format):
         if event.gpu is not None:
             labels["gpu"] = str(event.gpu)
         annotations = {"summary": event.summary, "description": event.description}
+        # Annotations, not labels: the owner changes with the job, the alert's identity does not.
+        annotations.update((name, value) for name, value in event.owner._asdict().items() if value)
         group_labels = {"alertname": event.rule_name}
         return orjson.dumps(
             {

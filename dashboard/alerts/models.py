@@ -35,6 +35,7 @@ METRICS = (
     ("gpu.row_remap_pending", "GPU row remap pending or failed (1 = yes)"),
     ("gpu.nvlink_down", "GPU NVLink link down (1 = down)"),
     ("ib.port_down", "InfiniBand/RoCE ports not ACTIVE/LinkUp (count)"),
+    ("gpu.idle_allocated", "GPU allocated but idle, below GPULSE_BUSY_UTIL (1 = idle; usually for 1800 s)"),
     ("probe.busbw", "NCCL probe bus bandwidth (GB/s)"),
 )
 COMPARISONS = (">", ">=", "<", "<=", "==", "!=")
@@ -161,6 +162,12 @@ class Transition(models.Model):
     processed = models.DateTimeField(null=True, blank=True)
     # The same id goes out with every endpoint and every retry of this event.
     event_id = models.UUIDField(default=uuid.uuid4, unique=True)
+    # Whose the GPU was (gpulse.usage.owner), for the metrics that name the owner
+    # (gpu.idle_allocated); "" where unknown. Bounded by the sample schema: user
+    # and job at most 128 characters, a pod "namespace/name" of two 253-character names.
+    owner_user = models.CharField(max_length=128, blank=True, default="")
+    owner_job = models.CharField(max_length=128, blank=True, default="")
+    owner_pod = models.CharField(max_length=507, blank=True, default="")
 
     class Meta:
         ordering = ["-created", "-id"]

@@ -28,6 +28,10 @@ names nodes pruned after GPULSE_NODE_FORGET_AFTER: browsers drop them. A delta
 carries only the nodes that sent a sample this tick (with their ``ts``) or
 whose status, probe, alert flags or health changed. A down node's rows are all null:
 its last values are never shown as if current.
+
+``flags`` per GPU: 1 lost, 2 throttled, 4 Xid, 8 uncorrected ECC, 16 an alert
+firing, 32 allocated, 64 allocated but idle (utilization below the busy
+threshold, GPULSE_BUSY_UTIL; gpulse/usage.py says what both mean).
 """
 
 import time
@@ -37,6 +41,7 @@ import orjson
 from dashboard.live.node_health import NodeHealth
 from dashboard.live.state import ClusterState, NodeState
 from gpulse.status import DOWN
+from gpulse.usage import BUSY_UTIL
 
 FIELDS = ("util", "mem_used", "temp", "power", "sm_clock", "flags")
 
@@ -45,6 +50,8 @@ FLAG_THROTTLED = 2  # a thermal or power slowdown is active
 FLAG_XID = 4
 FLAG_ECC = 8
 FLAG_ALERT = 16  # an alert is firing on this GPU (as of the previous tick: alerts are evaluated after the frame)
+FLAG_ALLOCATED = 32  # gpulse.usage.is_allocated
+FLAG_IDLE = 64  # allocated and below the busy threshold: gpulse.usage.is_idle_allocated
 
 SLOWDOWN_REASONS = frozenset(
     ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
@@ -52,9 +59,10 @@ SLOWDOWN_REASONS = frozenset(
 MIB = 1024 * 1024
 
 
-def gpu_row(gpu: dict, alerting: bool = False) -> list:
+def gpu_row(gpu: dict, alerting: bool = False, busy_util: float = BUSY_UTIL) -> list:
     """Return the GPU's row of FIELDS values at display precision."""
-    # Called for every GPU of every sample: plain locals, no helper calls.
+    # Called for every GPU of every sample: plain locals, no helper calls (the
+    # allocation test is gpulse.usage.is_allocated's, inlined).
     flags = FLAG_ALERT if alerting else 0
     if gpu.get("lost"):
         return [None, None, None, None, None, flags | FLAG_LOST]
@@ -67,6 +75,11 @@ def gpu_row(gpu: dict, alerting: bool = False) -> list:
         flags |= FLAG_ECC
     get = gpu.get
     util, mem, temp, power, clock = get("util"), get("mem_used"), get("temp"), get("power"), get("sm_clock")
+    if get("processes") or (k8s := get("k8s")) and k8s.get("pod"):
+        flags |= FLAG_ALLOCATED
+        # A null utilization is no verdict: allocated, neither idle nor busy.
+        if util is not None and util < busy_util:
+            flags |= FLAG_IDLE
     return [
         None if util is None else round(util),
         None if mem is None else round(mem / MIB),
@@ -108,7 +121,8 @@ class FrameBuilder:
     snapshot reuses the cached entries of the nodes that did not change.
     """
 
-    def __init__(self):
+    def __init__(self, busy_util: float = BUSY_UTIL):
+        self.busy_util = busy_util  # utilization (%) below which an allocated GPU is idle
         self.seq = 0
         self._rows: dict[str, list] = {}  # node -> rows of its latest sample, without alert flags
         self._meta: dict[str, list] = {}
@@ -129,7 +143,8 @@ class FrameBuilder:
         """Compute the rows of the node's new latest sample (ingest calls this as samples arrive,
         so the work is done before the tick's frame is due); return them without alert flags."""
         gpus = node.sample["gpus"]
-        rows = self._rows[node.name] = [gpu_row(gpu) for gpu in gpus]
+        busy_util = self.busy_util
+        rows = self._rows[node.name] = [gpu_row(gpu, False, busy_util) for gpu in gpus]
         # Models and limits rarely change: compare the raw readings, format only on a change.
         identity = [(gpu.get("name"), gpu.get("mem_total"), gpu.get("power_limit")) for gpu in gpus]
         if identity != self._identity.get(node.name):

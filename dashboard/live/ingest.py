@@ -111,7 +111,7 @@ class Ingest:
         self.state = ClusterState(max_skew=max_clock_skew)
         self.forget_nodes_after = forget_nodes_after
         self.forget_consumers_after = forget_consumers_after
-        self.frames = FrameBuilder()
+        self.frames = FrameBuilder(busy_util)
         self.rollups = RollupAccumulator(f"{self.keys.telemetry} {INGEST_GROUP}", max_rows=max_rollup_rows,
                                          busy_util=busy_util)
         self.idle = IdleAllocations(busy_util)

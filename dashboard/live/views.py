@@ -9,7 +9,7 @@ from gpulse.health import CHECKS
 
 HEATMAP_METRICS = (
     ("util", "Utilization %"), ("temp", "Temperature °C"), ("power", "Power W"), ("mem", "Memory %"),
-    ("health", "Health"),
+    ("health", "Health"), ("usage", "Usage"),
 )
 HISTORY_RANGES = (("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"), ("7d", "7 days"))
 

@@ -13,6 +13,8 @@
     XID: 4,
     ECC: 8,
     ALERT: 16, // an alert is firing on this GPU
+    ALLOCATED: 32, // a process or a Kubernetes pod holds it (gpulse/usage.py)
+    IDLE: 64, // allocated, utilization below GPULSE_BUSY_UTIL
   };
 
   /* {field name: its position in a row}. */

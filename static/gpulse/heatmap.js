@@ -14,6 +14,10 @@
   // cell also says it in words, and the row label marks the node.
   const LEVEL_NAMES = ["healthy", "degraded", "failing"];
   const LEVEL_TEXT = ["", "DEGR", "FAIL"];
+  // Usage mode: z is 0 not allocated, 1 allocated and busy, 2 allocated but idle (frame flags
+  // ALLOCATED and IDLE, gpulse/usage.py); idle cells say so in words too.
+  const USAGE_NAMES = ["not allocated", "busy (allocated)", "idle (allocated)"];
+  const USAGE_TEXT = ["", "", "IDLE"];
 
   // Rows shorter than this get no numbers in the cells and dots instead of tags.
   const COMPACT_ROW_PX = 18;
@@ -28,6 +32,8 @@
     // Steps, not a gradient: light green, amber, dark red (white text on it; failing
     // against healthy over 3:1), and the verdict's word in every unhealthy cell.
     health: [[0, "#d5f2dd"], [0.25, "#d5f2dd"], [0.25, "#f59e0b"], [0.75, "#f59e0b"], [0.75, "#b42318"], [1, "#b42318"]],
+    // Steps: light grey (free, unlike the hatched no-data grey), green, amber (the warning colour).
+    usage: [[0, "#eef0f3"], [0.25, "#eef0f3"], [0.25, "#74c476"], [0.75, "#74c476"], [0.75, "#f59e0b"], [1, "#f59e0b"]],
   };
 
   function rowPixels(n) {
@@ -85,6 +91,21 @@
             },
             cellText: function (v) { return LEVEL_TEXT[v]; },
             valueText: function (v) { return LEVEL_NAMES[v]; },
+          };
+        case "usage":
+          return {
+            label: "Usage", unit: "", zmin: 0, zmax: 2, minLabel: "not allocated", maxLabel: "idle",
+            value: function (i) {
+              if (!cells.present[i] || rows.status[Math.floor(i / model.cols)] === "down") return NaN;
+              const flags = cells.flags[i];
+              if (flags & FLAG.LOST) return NaN;
+              return !(flags & FLAG.ALLOCATED) ? 0 : flags & FLAG.IDLE ? 2 : 1;
+            },
+            cellText: function (v) { return USAGE_TEXT[v]; },
+            valueText: function (v, i) {
+              // Allocated without a utilization: no verdict, as the alert metric gives none.
+              return v === 1 && cells.util[i] !== cells.util[i] ? "allocated, utilization not reported" : USAGE_NAMES[v];
+            },
           };
         case "mem":
           return {
@@ -384,7 +405,7 @@
         return parts;
       }
       const v = z[cell.r][cell.g];
-      const valueText = v === null ? "not reported" : spec.valueText ? spec.valueText(v) : F.fixed(v, 0) + " " + spec.unit;
+      const valueText = v === null ? "not reported" : spec.valueText ? spec.valueText(v, i) : F.fixed(v, 0) + " " + spec.unit;
       line(spec.label + ": ", span("b", "", valueText));
       line("util " + F.fixed(cells.util[i], 0) + " % · " + F.fixed(cells.temp[i], 0) + " °C");
       line("power " + F.fixed(cells.power[i], 0) + " / " + F.fixed(cells.powerLimit[i], 0) + " W");
