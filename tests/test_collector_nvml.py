@@ -349,14 +349,13 @@ def test_processes_are_named_from_proc_and_listed_once(open_source):
 
     import pwd
 
-    assert gpu0["processes"] == [{
-        "pid": me,
-        "name": Path(f"/proc/{me}/comm").read_text().strip(),
-        "user": pwd.getpwuid(os.getuid()).pw_name,
-        "mem_used": 60129542144,
-    }]
+    (process,) = gpu0["processes"]
+    assert process["pid"] == me and process["mem_used"] == 60129542144
+    assert process["name"] == Path(f"/proc/{me}/comm").read_text().strip()
+    assert process["user"] == pwd.getpwuid(os.getuid()).pw_name
     # Gone (or in another PID namespace), and a driver that cannot tell its memory.
-    assert gpu1["processes"] == [{"pid": MISSING_PID, "name": None, "user": None, "mem_used": None}]
+    assert gpu1["processes"] == [{"pid": MISSING_PID, "name": None, "user": None, "mem_used": None,
+                                  **dict.fromkeys(schema.PROCESS_IDENTITY)}]
 
 
 def test_nvlink_throughput_is_computed_from_the_counters(open_source):
