@@ -1,17 +1,20 @@
 """Usage accounting through ingest into the database, and the API over it (a real Redis and database)."""
 
 import datetime as dt
+import random
 import time
 from collections import defaultdict
 
 import orjson
 import pytest
 
+from dashboard.live.idle import IdleAllocations
 from dashboard.live.models import ClusterUsage, GpuUsage, UsageHour
-from dashboard.live.usage import EnergyMeter
+from dashboard.live.usage import UsageAccumulator
 from dashboard.summary import idle_summary
 from dashboard.usage.models import EnergyPrice, GpuPrice
 from gpulse.keys import Keys
+from gpulse.usage import is_allocated, is_idle_allocated, owner
 from tests.samples import gpu, sample
 from tests.test_ingest import apply, entry_at, frames, make_ingest  # noqa: F401 (fixtures)
 
@@ -107,8 +110,52 @@ def test_entries_read_again_after_a_write_are_not_counted_twice(make_ingest):  #
     ([(0.0, None), (1.0, None)], [100.0, 100.0]),  # no counter
 ])
 def test_energy_comes_from_the_counters_deltas_where_they_can_be_trusted(readings, expected):
-    meter = EnergyMeter()
-    assert [meter.joules(("n1", 0), ts, 1.0, counter, 100.0) for ts, counter in readings] == pytest.approx(expected)
+    usage = UsageAccumulator()
+    used = []
+    for ts, counter in readings:
+        usage.clear()
+        usage.add(0, node_sample("n1", ts, [(50, [], counter, 100.0, H100)]))
+        used.append(next(usage.gpu_rows())[-1])
+    assert used == pytest.approx(expected)
+
+
+def random_gpus(rng: random.Random, count: int) -> list[dict]:
+    """GPUs of every shape the accounting tells apart: no process, one, several, a pod, lost, no utilization."""
+    gpus = []
+    for index in range(count):
+        processes = [process(rng.choice(["alice", "bob", None]), rng.choice(["100", None]),
+                             mem=rng.choice([None, 2**30, 2**34]),
+                             pod_uid=rng.choice([None, "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"]))
+                     for _ in range(rng.choice([0, 0, 1, 1, 1, 3]))]
+        reading = gpu(index, util=rng.choice([None, 0, 4.9, 5, 60]), processes=processes)
+        if rng.random() < 0.2:
+            reading["k8s"] = {"pod": rng.choice([None, "nb-0"]), "namespace": "ml", "container": None}
+        if rng.random() < 0.05:
+            reading["lost"] = True
+        gpus.append(reading)
+    return gpus
+
+
+def test_ingests_inlined_definitions_agree_with_gpulse_usage():
+    rng = random.Random(11)
+    gpus = random_gpus(rng, 400)
+    s = sample("n1", gpus=0, ts=1_700_000_040.0)
+    s["gpus"] = gpus
+    usage = UsageAccumulator(busy_util=5.0)
+    usage.add(0, s)
+    counted = {(row[1], *row[3:6]): row[9:11] for row in usage.gpu_rows()}  # (gpu, owner) -> (allocated, busy)
+    idle = IdleAllocations(busy_util=5.0)
+    idle.update("n1", s, 0.0)
+    for reading in gpus:
+        index = reading["index"]
+        if reading.get("lost"):
+            assert not any(key[0] == index for key in counted) and ("n1", index) not in idle.entries
+            continue
+        who = tuple(owner(reading)) if is_allocated(reading) else ("", "", "")
+        util = reading["util"]
+        busy = is_allocated(reading) and util is not None and util >= 5.0
+        assert counted[(index, *who)] == (1.0 if is_allocated(reading) else 0.0, 1.0 if busy else 0.0), reading
+        assert (("n1", index) in idle.entries) == bool(is_idle_allocated(reading, 5.0)), reading
 
 
 # -- the API and the page's numbers ------------------------------------------------------------------------------
