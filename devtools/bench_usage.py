@@ -125,7 +125,8 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int) -> dict:
 
 
 def generate_rows(days: int, nodes: int) -> int:
-    """UsageHour (about 1.2 rows per node and hour; a node's jobs change every 6 hours) and ClusterUsage rows, written by COPY; return UsageHour rows."""
+    """UsageHour (about 1.2 rows per node and hour; a node's jobs change every 6 hours) and ClusterUsage
+    rows, written by COPY; return the UsageHour rows."""
     from django.db import connection
 
     from dashboard.live.models import ClusterUsage, UsageHour
