@@ -224,6 +224,14 @@ def test_usage_by_user_reads_as_a_platform_team_would(viewer, three_hours):
     assert {row["node"]: row["allocated_pct"] for row in by_node["rows"]} == pytest.approx({"n1": 50.0, "n2": 50.0})
 
 
+def test_limit_keeps_the_costliest_groups_and_the_totals_of_all(viewer, three_hours):
+    span = f"since={three_hours}&until={three_hours + 3 * 3600}"
+    every = viewer.get(f"/api/v1/usage?by=job&{span}").json()
+    two = viewer.get(f"/api/v1/usage?by=job&{span}&limit=2").json()
+    assert two["rows"] == every["rows"][:2] and len(every["rows"]) > 2
+    assert two["totals"] == every["totals"]
+
+
 def test_the_range_is_whole_hours_and_a_range_outside_the_data_is_empty(viewer, three_hours):
     inside = viewer.get(f"/api/v1/usage?by=user&since={three_hours + 600}&until={three_hours + 3600 - 600}").json()
     assert (inside["since"], inside["until"]) == (three_hours, three_hours + 3600)
@@ -237,6 +245,8 @@ def test_the_range_is_whole_hours_and_a_range_outside_the_data_is_empty(viewer, 
     ("since=yesterday", "not a time: 'yesterday'"),
     ("since=1700003600&until=1700000000", "is not after 'since'"),
     ("since=1000d", "a range of at most 400 days"),
+    ("limit=0", "'limit' is a whole number from 1 to 100000, not '0'"),
+    ("limit=ten", "not 'ten'"),
 ])
 def test_a_wrong_query_gets_a_clear_error(viewer, query, message):
     response = viewer.get(f"/api/v1/usage?{query}")

@@ -46,15 +46,16 @@ def hour_range(since: dt.datetime, until: dt.datetime) -> tuple[dt.datetime, dt.
     return dt.datetime.fromtimestamp(start, dt.UTC), dt.datetime.fromtimestamp(end, dt.UTC)
 
 
-def _figures(seconds: float, allocated: float, busy: float, joules: float, cost: float, idle_cost: float,
-             prices: Prices) -> dict:
-    kwh = joules / 3.6e6
+def _figures(sums: dict, prices: Prices) -> dict:
+    """What a table shows of a group's _sums() (None where the group has no rows)."""
+    allocated, busy = sums["allocated"] or 0.0, sums["busy"] or 0.0
+    kwh = (sums["joules"] or 0.0) / 3.6e6
     return {
         "gpu_hours": allocated / HOUR,
         "busy_pct": 100.0 * busy / allocated if allocated else None,
         "idle_gpu_hours": (allocated - busy) / HOUR,
-        "cost": cost,
-        "idle_cost": idle_cost,
+        "cost": sums["cost"] or 0.0,
+        "idle_cost": sums["idle_cost"] or 0.0,
         "kwh": kwh,
         "energy_cost": kwh * prices.per_kwh,
     }
@@ -86,14 +87,13 @@ def usage_table(by: str, since: dt.datetime, until: dt.datetime, prices: Prices,
                 cursor.execute("SET LOCAL work_mem = '64MB'")
         table = []
         for group in groups if limit is None else groups[:limit]:
-            entry = {**{field: group[field] for field in fields},
-                     **_figures(*(group[name] or 0.0 for name in sums), prices)}
+            entry = {**{field: group[field] for field in fields}, **_figures(group, prices)}
             if by == "node":
                 entry["allocated_pct"] = 100.0 * group["allocated"] / group["seconds"] if group["seconds"] else None
             table.append(entry)
         totals = rows.aggregate(**sums)
     return {"by": by, "since": start.timestamp(), "until": end.timestamp(), "rows": table,
-            "totals": _figures(*(totals[name] or 0.0 for name in sums), prices), "prices": prices.as_dict()}
+            "totals": _figures(totals, prices), "prices": prices.as_dict()}
 
 
 def allocation_series(since: dt.datetime, until: dt.datetime) -> dict:
