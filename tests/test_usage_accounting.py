@@ -2,8 +2,11 @@
 
 import datetime as dt
 import random
+import subprocess
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import orjson
 import pytest
@@ -15,10 +18,12 @@ from dashboard.summary import idle_summary
 from dashboard.usage.models import EnergyPrice, GpuPrice
 from gpulse.keys import Keys
 from gpulse.usage import is_allocated, is_idle_allocated, owner
+from tests import fake_nvml
 from tests.samples import gpu, sample
 from tests.test_ingest import apply, entry_at, frames, make_ingest  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parent.parent
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -312,3 +317,41 @@ def test_a_minute_of_usage_lands_in_the_hour_it_belongs_to(make_ingest):  # noqa
     hours = sorted(UsageHour.objects.values_list("hour", "allocated_seconds"))
     assert hours == [(dt.datetime.fromtimestamp(hour - 3600, dt.UTC), 30.0),
                      (dt.datetime.fromtimestamp(hour, dt.UTC), 30.0)]
+
+
+# -- energy end to end: the real collector and NVML binding against the C stand-in -------------------------------
+
+@pytest.mark.parametrize("unsupported", [["power"], ["energy"]], ids=["from the counter", "from power"])
+def test_the_kwh_of_a_collector_against_the_stand_in_match_its_power_within_one_percent(
+        redis_client, redis_url, make_ingest, unsupported):  # noqa: F811
+    """The stand-in's energy counter advances at the power it reports (612.4 W + i W for GPU i).
+
+    With the power reading unsupported the kWh can only come from the counter's deltas, which cover
+    the time from the first sample to the last; with the counter unsupported, only from power ×
+    interval, which covers every sample's interval."""
+    interval = 0.2
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "collectors", "--source", "nvml", "--node-name", "gpu-07", "--interval", str(interval),
+         "--redis-url", redis_url, "--probe-interval", "0"],
+        cwd=ROOT, env=fake_nvml.subprocess_env(fake_nvml.config(gpus=2, unsupported=unsupported)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while redis_client.xlen(Keys().telemetry) < 40 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        collector.terminate()
+        _, errors = collector.communicate(timeout=20)
+    taken = [orjson.loads(fields[b"s"])["ts"] for _, fields in redis_client.xrange(Keys().telemetry)]
+    assert len(taken) >= 40, errors.decode()
+    ingest = make_ingest()
+    while ingest.read(block_ms=10):
+        pass
+    ingest.flush_rollups()
+    for index in (0, 1):
+        rows = GpuUsage.objects.filter(node="gpu-07", gpu=index)
+        seconds = sum(row.seconds for row in rows)
+        assert seconds == pytest.approx(interval * len(taken))
+        covered = taken[-1] - taken[0] if unsupported == ["power"] else seconds
+        kwh = sum(row.energy_j for row in rows) / 3.6e6
+        assert kwh == pytest.approx((612.4 + index) * covered / 3.6e6, rel=0.01)
