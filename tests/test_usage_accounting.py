@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from dashboard.live.frames import gpu_row
 from dashboard.live.idle import IdleAllocations
 from dashboard.live.models import ClusterUsage, GpuUsage, UsageHour
 from dashboard.live.usage import UsageAccumulator
@@ -149,18 +150,18 @@ def test_ingests_inlined_definitions_agree_with_gpulse_usage():
     usage = UsageAccumulator(busy_util=5.0)
     usage.add(0, s)
     counted = {(row[1], *row[3:6]): row[9:11] for row in usage.gpu_rows()}  # (gpu, owner) -> (allocated, busy)
-    idle = IdleAllocations(busy_util=5.0)
-    idle.update("n1", s, 0.0)
+    idle = IdleAllocations()
+    idle.update("n1", s, 0.0, [gpu_row(reading, busy_util=5.0) for reading in gpus])
     for reading in gpus:
         index = reading["index"]
         if reading.get("lost"):
-            assert not any(key[0] == index for key in counted) and ("n1", index) not in idle.entries
+            assert not any(key[0] == index for key in counted) and index not in idle.entries.get("n1", {})
             continue
         who = tuple(owner(reading)) if is_allocated(reading) else ("", "", "")
         util = reading["util"]
         busy = is_allocated(reading) and util is not None and util >= 5.0
         assert counted[(index, *who)] == (1.0 if is_allocated(reading) else 0.0, 1.0 if busy else 0.0), reading
-        assert (("n1", index) in idle.entries) == bool(is_idle_allocated(reading, 5.0)), reading
+        assert (index in idle.entries.get("n1", {})) == bool(is_idle_allocated(reading, 5.0)), reading
 
 
 # -- the API and the page's numbers ------------------------------------------------------------------------------

@@ -114,7 +114,7 @@ class Ingest:
         self.frames = FrameBuilder(busy_util)
         self.rollups = RollupAccumulator(f"{self.keys.telemetry} {INGEST_GROUP}", max_rows=max_rollup_rows,
                                          busy_util=busy_util)
-        self.idle = IdleAllocations(busy_util)
+        self.idle = IdleAllocations()
         self.flush_interval = flush_interval
         self.next_flush = 0.0
         self.database = DatabaseOutage()
@@ -314,8 +314,7 @@ class Ingest:
                 return
             node.sample, node.placed, node.skew = sample, placed, skew
         self.health.update(name, sample)
-        self.idle.update(name, sample, placed)
-        self.frames.update(node)
+        self.idle.update(name, sample, placed, self.frames.update(node))
         if not self.sampled:
             self.burst_started = self.clock()
         self.sampled.add(name)

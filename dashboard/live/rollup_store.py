@@ -60,11 +60,11 @@ def merge(model: type[Model], columns: Sequence[str], key: Sequence[str], assign
     table = q(model._meta.db_table)
     head = f"INSERT INTO {table} ({', '.join(map(q, columns))}) "
     tail = f" ON CONFLICT ({', '.join(map(q, key))}) DO UPDATE SET " + assignments(table, connection.vendor)
-    adapted = {value: adapt(value) for value in {row[time_column] for row in rows}}  # rows share a few minutes
-    rows = [(*row[:time_column], adapted[row[time_column]], *row[time_column + 1:]) for row in rows]
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql":  # COPY takes the aware datetimes as they are
         _merge_by_copy(model, columns, rows, head, tail)
         return
+    adapted = {value: adapt(value) for value in {row[time_column] for row in rows}}  # rows share a few minutes
+    rows = [(*row[:time_column], adapted[row[time_column]], *row[time_column + 1:]) for row in rows]
     with connection.cursor() as cursor:
         limit = connection.features.max_query_params or 999
         batch = max(1, min(1000, limit // len(columns)))
@@ -75,7 +75,7 @@ def merge(model: type[Model], columns: Sequence[str], key: Sequence[str], assign
                            [value for row in part for value in row])
 
 
-def _merge_by_copy(model: type[Model], columns: Sequence[str], rows: list[tuple], head: str, tail: str) -> None:
+def _merge_by_copy(model: type[Model], columns: Sequence[str], rows: Sequence[tuple], head: str, tail: str) -> None:
     """PostgreSQL: COPY the rows into a session's temporary table, then merge them in one statement.
 
     Binding 8,000 rows x 24 values as parameters (VALUES lists or unnest arrays)

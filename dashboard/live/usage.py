@@ -124,27 +124,22 @@ class UsageAccumulator:
         """UsageHour rows: hour, node, model, user, job, pod, then the sums."""
         hours: dict[tuple, Sums] = {}
         for minute, bucket in self.minutes.items():
-            hour = minute - minute % 3600
+            hour, models = minute - minute % 3600, bucket.models
             for (node, gpu, user, job, pod), sums in bucket.sums.items():
-                _add(hours, (hour, node, bucket.models[(node, gpu)], user, job, pod), sums)
+                key = (hour, node, models[(node, gpu)], user, job, pod)
+                into = hours.get(key)
+                if into is None:
+                    hours[key] = sums.copy()
+                else:  # a node's GPUs mostly share their owner: most keys come here
+                    into[0] += sums[0]
+                    into[1] += sums[1]
+                    into[2] += sums[2]
+                    into[3] += sums[3]
+                    into[4] += sums[4]
         return [(dt.datetime.fromtimestamp(key[0], dt.UTC), *key[1:], *sums) for key, sums in hours.items()]
 
     def cluster_rows(self) -> list[tuple]:
         """ClusterUsage rows: minute, then the sums."""
-        rows = []
-        for minute, bucket in sorted(self.minutes.items()):
-            total: dict[int, Sums] = {}
-            for sums in bucket.sums.values():
-                _add(total, minute, sums)
-            if total:
-                rows.append((dt.datetime.fromtimestamp(minute, dt.UTC), *total[minute]))
-        return rows
-
-
-def _add(into: dict, key, sums: Sums) -> None:
-    into_sums = into.get(key)
-    if into_sums is None:
-        into[key] = list(sums)
-    else:
-        for i, value in enumerate(sums):
-            into_sums[i] += value
+        return [(dt.datetime.fromtimestamp(minute, dt.UTC),
+                 *(sum(column) for column in zip(*bucket.sums.values(), strict=True)))
+                for minute, bucket in sorted(self.minutes.items()) if bucket.sums]
