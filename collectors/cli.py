@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where sysfs is mounted, for the InfiniBand/RoCE ports of --source nvml "
                              "(default %(default)s)")
     parser.add_argument("--procfs", type=folder, default=Path("/proc"),
-                        help="where procfs is mounted, for the host's CPU and memory and the names of GPU "
-                             "processes with --source nvml (default %(default)s)")
+                        help="where procfs is mounted, for the host's CPU and memory and the owner, command, "
+                             "container and job of GPU processes with --source nvml (default %(default)s)")
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
                         help="Redis to write to (default: $REDIS_URL, else %(default)s)")
     parser.add_argument("--interval", type=positive_float, default=1.0, help="seconds between samples (default 1)")

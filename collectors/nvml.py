@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pynvml
 
+from collectors.attribution import PROC, describe_process
 from collectors.infiniband import read_ports
 from collectors.sources import SourceUnavailable
 from gpulse.schema import (
@@ -173,17 +174,6 @@ def read_system() -> dict:
     }
 
 
-def _describe_process(pid: int, mem_used: int | None) -> dict:
-    """Name and owner from /proc; None when the process is gone or in another PID namespace."""
-    try:
-        process = psutil.Process(pid)
-        with process.oneshot():
-            name, user = process.name(), process.username()
-    except psutil.Error:
-        name = user = None
-    return {"pid": pid, "name": name, "user": user, "mem_used": mem_used}
-
-
 # nvmlFieldValue_t's valueType -> the member of its value union that holds it.
 _FIELD_MEMBERS = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
@@ -213,8 +203,9 @@ def _rate_kib(now: int | None, before: int | None, seconds: float) -> float | No
 class _Gpu:
     """One GPU's handle, identity and counters. Only its reader thread touches it."""
 
-    def __init__(self, index: int, memory_version, clock_reasons):
+    def __init__(self, index: int, memory_version, clock_reasons, procfs: Path):
         self.index = index
+        self._procfs = procfs  # where its processes' owners and cgroups are read
         self.uuid: str | None = None
         self.name: str | None = None
         self._memory_version = memory_version
@@ -466,7 +457,7 @@ class _Gpu:
         memory: dict[int, int | None] = {}
         for process in (compute or []) + (graphics or []):
             memory.setdefault(process.pid, process.usedGpuMemory)  # None where the driver cannot tell
-        return [_describe_process(pid, used) for pid, used in memory.items()]
+        return [describe_process(pid, used, self._procfs) for pid, used in memory.items()]
 
 
 class _Reader:
@@ -511,8 +502,9 @@ class NvmlSource:
 
         With ``sysfs`` (the folder where sysfs is mounted, /sys on the node), each
         sample carries the node's InfiniBand/RoCE ports as ``ib``. With ``procfs``,
-        psutil reads the host's CPU, memory and GPU processes there: a collector
-        in a container given the host's /proc reports the node, not the container.
+        the host's CPU and memory (psutil) and its GPU processes' owners, commands
+        and cgroups (collectors/attribution.py) are read there: a collector in a
+        container given the host's /proc reports the node, not the container.
         ``group`` (a Slurm partition, a Kubernetes node pool) goes out as
         ``system.group``: version_skew compares the node with its group.
         """
@@ -538,7 +530,7 @@ class NvmlSource:
             if _has_entry_point("nvmlDeviceGetCurrentClocksEventReasons")
             else pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         )
-        self._readers = [_Reader(_Gpu(index, memory_version, clock_reasons)) for index in range(count)]
+        self._readers = [_Reader(_Gpu(index, memory_version, clock_reasons, procfs or PROC)) for index in range(count)]
         psutil.cpu_percent(None)  # the first call only starts the measuring window
         # Fixed while NVML is open: a driver upgrade unloads the module, which ends NVML here.
         self.system = read_system()

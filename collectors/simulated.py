@@ -1,15 +1,31 @@
 """A simulated GPU fleet: N nodes × G GPUs with believable dynamics and faults.
 
 Each node is homogeneous; nodes take GPU models in turn from MODELS (real
-names, framebuffer sizes as NVML reports them, power limits, clocks). Training
-jobs start and stop on a node's GPUs; while one runs, its GPUs go through a
-start-up phase (low utilization, part of the memory), then busy phases of
-90-100 % broken by checkpoint and evaluation dips. Power follows utilization up
-to the power limit (where the SM clock drops and ``sw_power_cap`` is set),
-temperature follows power with a first-order thermal lag, and PCIe / NVLink
-traffic follows activity. Time is the wall clock, so the dynamics are per
+names, framebuffer sizes as NVML reports them, power limits, clocks). Power
+follows utilization up to the power limit (where the SM clock drops and
+``sw_power_cap`` is set), temperature follows power with a first-order thermal
+lag, PCIe / NVLink traffic follows activity, and each GPU's ``energy`` counter
+integrates its power from a start as if the driver had loaded days ago. Time
+is the clock passed in (the wall clock by default), so the dynamics are per
 second whatever the sampling interval. The state is numpy arrays, so one
 sample() of 1,000 nodes × 8 GPUs costs milliseconds, not a second.
+
+Jobs
+----
+Jobs start and stop on aligned blocks of a node's GPUs, as a scheduler packs
+them. Each has a Slurm-like job id (increasing from FIRST_JOB_ID), step "0", a
+user and a command line; every process on its GPUs (one rank per GPU) carries
+them. A job first loads (low utilization, part of its memory), then:
+
+- ``TRAIN``: a whole node or half of one for hours, 92-99 % busy, broken by
+  checkpoint (near idle) and evaluation (half busy) dips.
+- ``EVAL``: one or two GPUs for a few minutes, 40-70 % busy.
+- ``STALLED``: a training job on one or two GPUs whose data loader stalls:
+  about 2 minutes busy, then about 3 minutes at 0-2 %, over and over, for
+  hours. One starts with the fleet, on a random node; later ones are rare.
+- ``NOTEBOOK``: dana's forgotten Jupyter, open since the fleet started on
+  GPU NOTEBOOK_GPU of its first node, holding NOTEBOOK_MEM at 0 % forever
+  (until a ``lost`` or ``gpu_missing`` fault kills it).
 
 Faults
 ------
@@ -110,7 +126,39 @@ MODELS = (
              25e9, None, True, 256 * GiB, 4, 0, "95.02.5D.00.01"),
 )
 
+
+@dataclass(frozen=True)
+class JobKind:
+    commands: tuple[str, ...]  # command lines, one drawn per job; the first word is the process name
+    duration: tuple[float, float] | None  # s, drawn uniformly; None: until its GPU fails
+    startup: tuple[float, float]  # s of loading before the GPUs get busy
+    busy_util: tuple[float, float]  # % while busy
+    pauses: str | None  # "dips": checkpoints and evaluations; "stalls": the data loader stalls
+
+
+TRAIN = JobKind(("python train.py --config llama-70b.yaml", "python train.py --config llama-8b-sft.yaml",
+                 "python train.py --config mixtral-8x7b.yaml", "python train.py --config vit-h14.yaml"),
+                (3600, 4 * 3600), (15, 60), (92, 99), "dips")
+EVAL = JobKind(("python eval.py --checkpoint ckpt/latest --tasks mmlu,gsm8k",
+                "python eval.py --checkpoint ckpt/latest --tasks humaneval",
+                "python eval.py --checkpoint ckpt/best --tasks hellaswag"),
+               (120, 480), (10, 30), (40, 70), None)
+STALLED = JobKind(("python train.py --config resnet50.yaml --data /nfs/imagenet --num-workers 2",),
+                  (3600, 4 * 3600), (15, 60), (92, 99), "stalls")
+NOTEBOOK = JobKind(("jupyter-lab --no-browser --port 8888",), None, (0, 0), (0, 0), None)
+
 USERS = ("alice", "bob", "carol", "dmitri", "eun-ji", "farah", "gustavo", "hiro")
+FIRST_JOB_ID = 41000
+TRAIN_SHARE = 0.6  # of the jobs started where a whole or half node is free
+STALLED_SHARE = 0.02  # of the jobs started: stalled loaders last hours, so a few go a long way
+STALL_LENGTH = (150.0, 210.0)  # s at 0-2 % while the loader stalls
+STALL_BUSY = (90.0, 150.0)  # s busy between stalls
+# The forgotten notebook is always here, so a demo can point at it: the fleet's first node,
+# GPU 7 (its last GPU where a node has fewer).
+NOTEBOOK_NODE = 0
+NOTEBOOK_GPU = 7
+NOTEBOOK_USER = "dana"
+NOTEBOOK_MEM = 5 * GiB
 # Memory the driver keeps on every GPU; a process's share excludes it.
 RESERVED_MEM = 512 * MiB
 INLET_TEMP_RANGE = (22.0, 30.0)
@@ -230,11 +278,17 @@ class SimulatedFleet:
         self._job_mem_util = np.zeros(slots)
         self._job_pcie = np.zeros(slots)
         self._job_nvlink = np.zeros(slots)
-        self._job_pid = np.zeros(slots, dtype=np.int64)
-        self._job_user = np.zeros(slots, dtype=np.int64)
+        self._job_stalls = np.zeros(slots, dtype=bool)
         self._node_next_job = np.zeros(n)
+        self._next_job_id = FIRST_JOB_ID
+        # Per GPU, the process its job runs there without mem_used (None: no job): fixed for the
+        # job's life, so _render only adds the memory.
+        self._processes: list[list[dict | None]] = [[None] * g for _ in range(n)]
 
         self._temp = np.zeros((n, g))
+        # mJ since the driver loaded, as NVML counts it: 2-40 days ago, at 40-80 % of the power limit on average.
+        uptime = self.rng.uniform(2, 40, (n, 1)) * 86_400
+        self._energy = uptime * self._limit * self.rng.uniform(0.4, 0.8, (n, g)) * 1000.0
         self._warm = False
         self._ecc_count = np.zeros((n, g), dtype=np.int64)
 
@@ -247,7 +301,7 @@ class SimulatedFleet:
         self._missing = np.zeros((n, g), dtype=bool)
         self._xid = np.zeros((n, g), dtype=np.int64)
         self._dead = np.zeros(n, dtype=bool)
-        self._health: list[list[dict | None]] = []  # built with the faults, by _build_health_readings
+        self._constants: list[list[dict | None]] = []  # built with the faults, by _build_constants
         self._system: list[dict] = []
         self._ib: list[list[dict]] = []
 
@@ -315,10 +369,11 @@ class SimulatedFleet:
                 self._end_job(int(slot), now)
         self._hot, self._ecc, self._lost, self._missing, self._xid = per_gpu["hot"], ecc, lost, missing, xid
         self._dead = per_node["dead"]
-        self._build_health_readings(per_gpu, per_node)
+        self._build_constants(per_gpu, per_node)
 
-    def _build_health_readings(self, per_gpu: dict[str, np.ndarray], per_node: dict[str, np.ndarray]) -> None:
-        """Each GPU's health readings (None: missing from the bus) and each node's system and ib, as constants."""
+    def _build_constants(self, per_gpu: dict[str, np.ndarray], per_node: dict[str, np.ndarray]) -> None:
+        """What only faults change: each GPU's identity, limits and health readings (None: missing from
+        the bus), each node's system and ib. _render copies a GPU's, which is cheaper than listing them."""
         healthy = {model: _healthy_readings(model) for model in MODELS}
         ports = [{"port": port, "state": "ACTIVE", "phys_state": "LinkUp", "rate": IB_RATE,
                   "symbol_error": 0, "link_downed": 0, "port_rcv_errors": 0} for port in IB_PORTS]
@@ -326,92 +381,125 @@ class SimulatedFleet:
         # Plain lists: indexing numpy arrays one element at a time is slow.
         faulty = {name: per_gpu[name].tolist() for name in _READING_FAULTS}
         missing, skewed, ib_down = per_gpu["gpu_missing"].tolist(), per_node["driver_skew"], per_node["ib_down"]
-        self._health, self._system, self._ib = [], [], []
+        self._constants, self._system, self._ib = [], [], []
         for i, model in enumerate(self.models):
-            readings: list[dict | None] = []
+            constants: list[dict | None] = []
             for j in range(self.shape[1]):
                 if missing[i][j]:
-                    readings.append(None)
+                    constants.append(None)
                     continue
-                gpu = healthy[model]  # shared by every healthy GPU of the model: _render copies it
+                gpu = {"index": j, "uuid": self._uuids[i][j], "name": model.name, "lost": False,
+                       "mem_total": model.mem_total, "power_limit": model.power_limit, "mem_clock": model.mem_clock,
+                       **healthy[model]}
                 for name, where in faulty.items():
                     if where[i][j]:
-                        gpu = {**gpu, **_READING_FAULTS[name](model)}
-                readings.append(gpu)
-            self._health.append(readings)
+                        gpu.update(_READING_FAULTS[name](model))
+                constants.append(gpu)
+            self._constants.append(constants)
             self._system.append(SKEWED_DRIVER if skewed[i] else DRIVER)
             self._ib.append(port_down if ib_down[i] else ports)
 
     # ---- jobs -------------------------------------------------------------------
 
     def _start_initial_jobs(self, now: float) -> None:
-        """Begin mid-run: most nodes already training, start-up long past."""
-        for i in range(self.shape[0]):
-            if self.rng.random() < 0.75:
-                slot = self._start_job(i, now)
-                if slot is not None:
-                    elapsed = self.rng.uniform(60, 1200)
-                    self._job_startup_end[slot] -= elapsed
-                    self._job_next_dip[slot] -= elapsed
-                    self._job_end[slot] = now + self.rng.uniform(30, 1500)
-            self._node_next_job[i] = now + self.rng.uniform(5, 120)
+        """Begin mid-run: most nodes training; dana's notebook and a stalled loader starting with the fleet."""
+        n, g = self.shape
+        notebook = self._start_job(NOTEBOOK_NODE, min(NOTEBOOK_GPU, g - 1), 1, NOTEBOOK, now, user=NOTEBOOK_USER)
+        self._job_mem_frac[notebook] = NOTEBOOK_MEM / self._mem_total[NOTEBOOK_NODE, 0]
+        # Fresh, so every fleet shows a stalling loader for its first hour at least.
+        self._schedule_job(int(self.rng.integers(n)), now, STALLED)
+        for i in range(n):
+            for _ in range(3):  # a whole node's job, or a few smaller ones
+                if self.rng.random() < 0.8:
+                    self._schedule_job(i, now, mid_run=True)
+            self._node_next_job[i] = now + self.rng.uniform(10, 300)
 
-    def _start_job(self, node: int, now: float) -> int | None:
-        g = self.shape[1]
+    def _schedule_job(self, node: int, now: float, kind: JobKind | None = None, mid_run: bool = False) -> None:
+        """Start a job of ``kind`` (None: drawn) on the node's free GPUs, if a block it asks for is free."""
+        g, rng = self.shape[1], self.rng
         free = (self._gpu_slot[node] < 0) & ~self._lost[node] & ~self._missing[node]
-        # Aligned blocks, as a scheduler packs GPUs: whole node, halves, quarters, pairs, singles.
-        choices = []
-        for width in sorted({g, *(w for w in (4, 2, 1) if w < g)}, reverse=True):
+        # The first free aligned block of each width, as a scheduler packs GPUs: whole node, halves, pairs, singles.
+        blocks = {}
+        for width in sorted({w for w in (g, g // 2, 2, 1) if 1 <= w <= g}, reverse=True):
             for first in range(0, g - width + 1, width):
                 if free[first:first + width].all():
-                    choices.append((width, first))
+                    blocks[width] = first
                     break
-        if not choices:
-            return None
-        weights = np.array([4.0 if width == g else 1.0 for width, _ in choices])
-        width, first = choices[self.rng.choice(len(choices), p=weights / weights.sum())]
-        slot = node * g + first
+        big = [width for width in blocks if 2 * width >= g]
+        if kind is None:
+            draw = rng.random()
+            kind = TRAIN if big and draw < TRAIN_SHARE else STALLED if draw >= 1 - STALLED_SHARE else EVAL
+        widths = big if kind is TRAIN else [width for width in blocks if width <= 2]
+        if not widths:
+            return
+        weights = np.array([3.0 if width == g else 1.0 for width in widths])
+        width = widths[rng.choice(len(widths), p=weights / weights.sum())]
+        self._start_job(node, blocks[width], width, kind, now, mid_run=mid_run)
+
+    def _start_job(self, node: int, first: int, width: int, kind: JobKind, now: float,
+                   user: str | None = None, mid_run: bool = False) -> int:
         rng = self.rng
+        slot = node * self.shape[1] + first
+        duration = rng.uniform(*kind.duration) if kind.duration else np.inf
+        # A job found running when the fleet starts has done part of its run.
+        begun = now - rng.uniform(0.05, 0.95) * duration if mid_run else now
         self._gpu_slot[node, first:first + width] = slot
         self._job_active[slot] = True
         self._job_width[slot] = width
-        self._job_startup_end[slot] = now + rng.uniform(15, 60)
-        self._job_end[slot] = now + rng.uniform(120, 1800)
-        self._job_next_dip[slot] = self._job_startup_end[slot] + rng.uniform(60, 400)
+        self._job_startup_end[slot] = begun + rng.uniform(*kind.startup)
+        self._job_end[slot] = begun + duration
         self._job_dip_end[slot] = 0.0
-        self._job_busy_util[slot] = rng.uniform(92, 99)
+        self._job_stalls[slot] = kind.pauses == "stalls"
+        busy_stretch = {"dips": (60.0, 400.0), "stalls": STALL_BUSY}.get(kind.pauses or "")
+        self._job_next_dip[slot] = (max(self._job_startup_end[slot], now) + rng.uniform(*busy_stretch)
+                                    if busy_stretch else np.inf)
+        self._job_busy_util[slot] = rng.uniform(*kind.busy_util)
         # Above 1, the job wants more power than the limit allows: it runs power-capped.
         self._job_power[slot] = rng.uniform(0.75, 1.2)
         self._job_mem_frac[slot] = rng.uniform(0.45, 0.95)
         self._job_mem_util[slot] = rng.uniform(0.3, 0.8)
         self._job_pcie[slot] = rng.uniform(0.02, 0.15)
         self._job_nvlink[slot] = rng.uniform(0.05, 0.4) if width > 1 else 0.0
-        self._job_pid[slot] = rng.integers(2_000, 4_000_000)
-        self._job_user[slot] = rng.integers(len(USERS))
+        cmd = kind.commands[rng.integers(len(kind.commands))]
+        process = {"name": cmd.split()[0], "user": user or USERS[rng.integers(len(USERS))],
+                   "job": str(self._next_job_id), "step": "0", "cmd": cmd}
+        self._next_job_id += 1
+        pid = int(rng.integers(2_000, 4_000_000))
+        # One rank per GPU, as torchrun starts them.
+        for rank in range(width):
+            self._processes[node][first + rank] = {"pid": pid + rank, **process}
         return slot
 
     def _end_job(self, slot: int, now: float) -> None:
         node, first = divmod(slot, self.shape[1])
-        self._gpu_slot[node, first:first + self._job_width[slot]] = -1
+        width = int(self._job_width[slot])
+        self._gpu_slot[node, first:first + width] = -1
+        self._processes[node][first:first + width] = [None] * width
         self._job_active[slot] = False
-        self._node_next_job[node] = max(self._node_next_job[node], now + self.rng.uniform(10, 180))
+        self._node_next_job[node] = max(self._node_next_job[node], now + self.rng.uniform(30, 900))
 
     def _schedule(self, now: float) -> None:
         for slot in np.flatnonzero(self._job_active & (self._job_end <= now)):
             self._end_job(int(slot), now)
         has_free = ((self._gpu_slot < 0) & ~self._lost & ~self._missing).any(axis=1)
         for node in np.flatnonzero(has_free & (self._node_next_job <= now)):
-            self._start_job(int(node), now)
-            self._node_next_job[node] = now + self.rng.uniform(5, 120)
-        # Checkpoint (near idle) and evaluation (half busy) dips of the running jobs.
-        dip = self._job_active & (now >= self._job_next_dip) & (now >= self._job_startup_end)
-        count = int(dip.sum())
+            self._schedule_job(int(node), now)
+            self._node_next_job[node] = now + self.rng.uniform(10, 300)
+        # Pauses of the running jobs: a training job's checkpoint (near idle) and evaluation (half
+        # busy) dips, a stalled loader's minutes at 0-2 %.
+        pause = self._job_active & (now >= self._job_next_dip) & (now >= self._job_startup_end)
+        count = int(pause.sum())
         if count:
-            self._job_dip_end[dip] = now + self.rng.uniform(8, 40, count)
-            checkpoint = self.rng.random(count) < 0.5
-            self._job_dip_util[dip] = np.where(checkpoint, self.rng.uniform(0, 12, count),
-                                               self.rng.uniform(35, 70, count))
-            self._job_next_dip[dip] = now + self.rng.uniform(120, 600, count)
+            rng = self.rng
+            stall = self._job_stalls[pause]
+            length = np.where(stall, rng.uniform(*STALL_LENGTH, count), rng.uniform(8, 40, count))
+            checkpoint = rng.random(count) < 0.5
+            self._job_dip_end[pause] = now + length
+            self._job_dip_util[pause] = np.where(stall, rng.uniform(0, 1.5, count),
+                                                 np.where(checkpoint, rng.uniform(0, 12, count),
+                                                          rng.uniform(35, 70, count)))
+            self._job_next_dip[pause] = now + np.where(stall, length + rng.uniform(*STALL_BUSY, count),
+                                                       rng.uniform(120, 600, count))
 
     # ---- sampling ---------------------------------------------------------------
 
@@ -433,16 +521,16 @@ class SimulatedFleet:
         in_dip = active & ~startup & (now < self._job_dip_end[slot])
         noise = rng.standard_normal((4, *shape))
 
-        target = np.where(startup, 25.0 + 8.0 * noise[0],
-                          np.where(in_dip, self._job_dip_util[slot] + 4.0 * noise[0],
-                                   self._job_busy_util[slot] + 2.5 * noise[0]))
+        # Noise in proportion to the level, so a stalled loader stays at 0-2 % and an idle notebook at 0.
+        level = np.where(in_dip, self._job_dip_util[slot], self._job_busy_util[slot])
+        target = np.where(startup, 25.0 + 8.0 * noise[0], level * (1.0 + np.where(in_dip, 0.1, 0.03) * noise[0]))
         util = np.where(active, np.clip(np.rint(target), 0, 100), 0.0)
         load = util / 100.0
 
         job_mem = np.floor(self._job_mem_frac[slot] * np.where(startup, 0.3, 1.0) * self._mem_total / MiB) * MiB
         mem_used = np.where(active, RESERVED_MEM + job_mem, RESERVED_MEM)
         mem_used = np.minimum(mem_used, self._mem_total)
-        mem_util = np.where(active, np.clip(np.rint(util * self._job_mem_util[slot] + 2.0 * noise[1]), 0, 100), 0.0)
+        mem_util = np.clip(np.rint(util * self._job_mem_util[slot] * (1.0 + 0.05 * noise[1])), 0, 100)
 
         peak = self._limit * np.where(active, self._job_power[slot], 1.0) * self._power_factor
         demand = self._idle_power * self._power_factor + (peak - self._idle_power) * load + noise[2]
@@ -468,6 +556,7 @@ class SimulatedFleet:
         clock = np.where(active, clock * thermal_factor, self._idle_clock)
         clock = np.floor(clock / 15.0) * 15.0
         power = np.maximum(power * thermal_factor, np.minimum(power, self._idle_power))
+        self._energy += power * (dt * 1000.0)  # W × s = J; the counter is in mJ
 
         throttle = (np.where(~active, REASON_BITS["gpu_idle"], 0)
                     | np.where(capped & active, REASON_BITS["sw_power_cap"], 0)
@@ -492,7 +581,7 @@ class SimulatedFleet:
         }
         readings = {name: array.astype(np.int64) for name, array in whole.items()}
         readings.update({
-            "power": np.round(power, 1), "throttle": throttle, "slot": slot_of,
+            "power": np.round(power, 1), "throttle": throttle, "energy": self._energy.astype(np.int64),
             "ecc": self._ecc_count, "xid": self._xid, "lost": self._lost,
             "cpu_util": np.round(np.clip(3 + 55 * active_share + rng.normal(0, 2, shape[0]), 0, 100), 1),
             "host_mem": np.rint(self._host_mem_total * (0.05 + 0.45 * active_share)),
@@ -507,43 +596,33 @@ class SimulatedFleet:
         """
         columns = [r[name].tolist() for name in _COLUMNS]
         cpu_util, host_mem = r["cpu_util"].tolist(), r["host_mem"].astype(np.int64).tolist()
-        pid, user, per_node = self._job_pid.tolist(), self._job_user.tolist(), self.shape[1]
-        nulls = [None] * per_node
+        nulls = [None] * self.shape[1]
         samples = []
         for i, node in enumerate(self.node_names):
             if self._dead[i]:
                 continue
             model = self.models[i]
-            name, limit, mem_total, mem_clock = model.name, model.power_limit, model.mem_total, model.mem_clock
             row = [column[i] for column in columns]
             if not model.has_fan:
                 row[6] = nulls
             if model.nvlink_bw is None:
                 row[12] = row[13] = nulls
             gpus = []
-            health = self._health[i]
-            for j, (gpu_uuid, util, mem_util, mem_used, temp, power, clock, fan, throttle, ecc, xid,
-                    pcie_tx, pcie_rx, nvlink_tx, nvlink_rx, slot, lost) in enumerate(
-                        zip(self._uuids[i], *row, strict=False)):
-                readings = health[j]
-                if readings is None:
+            for (constants, process, util, mem_util, mem_used, temp, power, clock, fan, throttle, ecc, xid,
+                 pcie_tx, pcie_rx, nvlink_tx, nvlink_rx, energy, lost) in zip(
+                    self._constants[i], self._processes[i], *row, strict=False):
+                if constants is None:
                     continue  # gpu_missing: gone from the bus
                 if lost:
-                    gpus.append(_lost_gpu(j, gpu_uuid, name))
+                    gpus.append(_lost_gpu(constants["index"], constants["uuid"], model.name))
                     continue
-                # One rank per GPU, as torchrun starts them.
-                processes = [] if slot < 0 else [{
-                    "pid": pid[slot] + j - slot % per_node, "name": "python",
-                    "user": USERS[user[slot]], "mem_used": mem_used - RESERVED_MEM,
-                }]
                 gpus.append({
-                    "index": j, "uuid": gpu_uuid, "name": name, "lost": False,
-                    "util": util, "mem_util": mem_util, "mem_used": mem_used, "mem_total": mem_total,
-                    "temp": temp, "power": power, "power_limit": limit, "sm_clock": clock,
-                    "mem_clock": mem_clock, "fan": fan, "throttle": list(_THROTTLE_NAMES[throttle]),
+                    **constants, "util": util, "mem_util": mem_util, "mem_used": mem_used, "temp": temp,
+                    "power": power, "sm_clock": clock, "fan": fan, "throttle": list(_THROTTLE_NAMES[throttle]),
                     "ecc_uncorrected": ecc, "xid": [xid] if xid else [],
                     "pcie_tx": pcie_tx, "pcie_rx": pcie_rx, "nvlink_tx": nvlink_tx, "nvlink_rx": nvlink_rx,
-                    "processes": processes, **readings,
+                    "energy": energy,
+                    "processes": [] if process is None else [{**process, "mem_used": mem_used - RESERVED_MEM}],
                 })
             samples.append({
                 "v": SCHEMA_VERSION, "node": node, "ts": now, "interval": self.interval, "gpus": gpus,
@@ -558,7 +637,7 @@ class SimulatedFleet:
 
 # _step's per-GPU arrays in the order _render unpacks them.
 _COLUMNS = ("util", "mem_util", "mem_used", "temp", "power", "sm_clock", "fan", "throttle", "ecc", "xid",
-            "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx", "slot", "lost")
+            "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx", "energy", "lost")
 
 # Faults that set a flag per GPU; "xid" carries a code and the node faults set one per node.
 _GPU_FLAG_FAULTS = ("hot", "ecc", "lost", "gpu_missing", "pcie_degraded", "row_remap_pending", "nvlink_down")
@@ -581,7 +660,7 @@ def _healthy_readings(model: GpuModel) -> dict:
 
 
 # Everything but identity is unknown once a GPU is off the bus.
-_READINGS = (*GPU_METRIC_NAMES, "throttle", "xid", "processes", *_healthy_readings(MODELS[0]))
+_READINGS = (*GPU_METRIC_NAMES, "energy", "throttle", "xid", "processes", *_healthy_readings(MODELS[0]))
 
 # What each GPU fault that changes health readings changes.
 _READING_FAULTS = {

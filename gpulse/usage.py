@@ -46,7 +46,7 @@ def owner(gpu: dict) -> Owner:
     if not processes:
         pod = _pod(gpu, None)
         return Owner("", "", pod) if pod else NOBODY
-    main = max(processes, key=lambda process: process.get("mem_used") or 0)
+    main = processes[0] if len(processes) == 1 else max(processes, key=lambda process: process.get("mem_used") or 0)
     return Owner(main.get("user") or "", main.get("job") or "", _pod(gpu, main))
 
 

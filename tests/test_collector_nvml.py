@@ -26,6 +26,7 @@ ALL_READINGS = ["util", "memory", "temp", "power", "power_limit", "clocks", "fan
                 "nvlink", "events", "procs", "energy", "pcie_replay", "mem_temp", *HEALTH_CALLS]
 STATIC_READINGS = ("pcie_gen_max", "pcie_width_max", "vbios", "nvlink_links")  # read once per GPU
 RECORDED_SYSFS = REPO / "tests" / "data" / "sysfs"
+ENERGY_AT_INIT = 48213775401  # mJ, the fake's GPU 0 at nvmlInit
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +78,10 @@ def assert_full(gpu, index):
 
 
 def test_it_reports_every_reading_in_schema_units(open_source):
+    opened = time.monotonic()
     source = open_source(gpus=2, throttle="0x4")
     sample = only_sample(source)
+    since_open = time.monotonic() - opened
 
     assert sample["v"] == 1 and sample["node"] == "gpu-01" and sample["interval"] == 1.0
     assert abs(sample["ts"] - time.time()) < 5
@@ -107,7 +110,7 @@ def test_it_reports_every_reading_in_schema_units(open_source):
         "nvlink_rx": None,
         "processes": [],
         "mem_temp": 70,  # °C, the NVML_FI_DEV_MEMORY_TEMP field
-        "energy": 48213775401,  # mJ since the driver loaded
+        "energy": gpu0["energy"],  # mJ since the driver loaded: a counter, checked below
         "pcie_replay": 0,
         # the health readings of a healthy H100 SXM (the fake's defaults)
         "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16,
@@ -117,7 +120,10 @@ def test_it_reports_every_reading_in_schema_units(open_source):
         "mig_enabled": False, "mig_pending": False, "vbios": "96.00.99.00.01",
         "nvlink_links": 4, "nvlink_links_up": 4, "nvlink_errors": 0,
     }
-    assert (gpu1["mem_temp"], gpu1["energy"], gpu1["pcie_replay"]) == (71, 48213775402, 1)
+    # The fake's counter starts at 48213775401 + i mJ and grows at the GPU's power (mW x s = mJ).
+    assert ENERGY_AT_INIT <= gpu0["energy"] <= ENERGY_AT_INIT + 612400 * since_open
+    assert ENERGY_AT_INIT + 1 <= gpu1["energy"] <= ENERGY_AT_INIT + 1 + 613400 * since_open
+    assert (gpu1["mem_temp"], gpu1["pcie_replay"]) == (71, 1)
     assert (gpu1["index"], gpu1["util"], gpu1["temp"], gpu1["power"], gpu1["fan"]) == (1, 91, 61, 613.4, 41)
     assert gpu1["mem_used"] == 61203283968 + 2**30
     assert gpu1["ecc_uncorrected"] == 1  # uncorrected volatile; other counters answer 1000+
@@ -310,6 +316,20 @@ def test_xid_events_are_reported_once_on_their_gpu(open_source):
     assert (second[0]["xid"], second[1]["xid"]) == ([], [])
 
 
+def test_the_energy_counter_grows_at_the_power_the_gpu_reports(open_source):
+    source = open_source(gpus=2)
+    readings = []  # (monotonic s, sample)
+    for _ in range(11):  # about 1 s
+        readings.append((time.monotonic(), only_sample(source)))
+        time.sleep(0.1)
+
+    (first_at, first), (last_at, last) = readings[0], readings[-1]
+    for index in (0, 1):
+        watts = last["gpus"][index]["power"]
+        joules = (last["gpus"][index]["energy"] - first["gpus"][index]["energy"]) / 1000
+        assert joules / (last_at - first_at) == pytest.approx(watts, rel=0.01)
+
+
 def test_throttle_reasons_are_decoded_by_name(open_source):
     # sw_power_cap 0x4 | sw_thermal 0x20 | hw_thermal 0x40 | hw_power_brake 0x80 | board limit 0x200
     gpu = only_sample(open_source(gpus=1, throttle="0x2e4"))["gpus"][0]
@@ -329,14 +349,13 @@ def test_processes_are_named_from_proc_and_listed_once(open_source):
 
     import pwd
 
-    assert gpu0["processes"] == [{
-        "pid": me,
-        "name": Path(f"/proc/{me}/comm").read_text().strip(),
-        "user": pwd.getpwuid(os.getuid()).pw_name,
-        "mem_used": 60129542144,
-    }]
+    (process,) = gpu0["processes"]
+    assert process["pid"] == me and process["mem_used"] == 60129542144
+    assert process["name"] == Path(f"/proc/{me}/comm").read_text().strip()
+    assert process["user"] == pwd.getpwuid(os.getuid()).pw_name
     # Gone (or in another PID namespace), and a driver that cannot tell its memory.
-    assert gpu1["processes"] == [{"pid": MISSING_PID, "name": None, "user": None, "mem_used": None}]
+    assert gpu1["processes"] == [{"pid": MISSING_PID, "name": None, "user": None, "mem_used": None,
+                                  **dict.fromkeys(schema.PROCESS_IDENTITY)}]
 
 
 def test_nvlink_throughput_is_computed_from_the_counters(open_source):

@@ -3,16 +3,29 @@
 import logging
 import statistics
 import time
-from itertools import pairwise
+from itertools import groupby, pairwise
 
 import pytest
 import redis
 
 from collectors.health_checks import HealthChecks
-from collectors.simulated import SimulatedFleet, redis_fault_reader
+from collectors.simulated import (
+    EVAL,
+    FIRST_JOB_ID,
+    NOTEBOOK_GPU,
+    NOTEBOOK_MEM,
+    NOTEBOOK_NODE,
+    NOTEBOOK_USER,
+    STALL_BUSY,
+    STALL_LENGTH,
+    STALLED,
+    SimulatedFleet,
+    redis_fault_reader,
+)
 from devtools.redis_server import EmbeddedRedis
 from gpulse.keys import Keys
-from gpulse.schema import GPU_METRIC_NAMES, encode, parse
+from gpulse.schema import GPU_METRIC_NAMES, MAX_TEXT, encode, parse, read, read_fast
+from gpulse.usage import is_idle_allocated, owner
 
 # name → (memory.total in bytes, power limit in W, max SM clock in MHz), as nvidia-smi shows them.
 REAL_SPECS = {
@@ -27,7 +40,8 @@ HEALTH_READINGS = {
     "ecc_pending", "persistence", "mig_enabled", "mig_pending", "nvlink_links", "nvlink_links_up", "nvlink_errors",
     "vbios", "compute_mode",
 }
-GPU_FIELDS = {"index", "uuid", "name", "lost", *GPU_METRIC_NAMES, "throttle", "xid", "processes", *HEALTH_READINGS}
+GPU_FIELDS = {"index", "uuid", "name", "lost", *GPU_METRIC_NAMES, "energy", "throttle", "xid", "processes",
+              *HEALTH_READINGS}
 
 
 class FakeClock:
@@ -133,7 +147,79 @@ def test_idle_gpus_report_gpu_idle_and_busy_ones_run_processes(hour):
     assert statistics.mean(gpu["util"] for gpu in busy) > 70
     for gpu in busy:
         (process,) = gpu["processes"]
-        assert process["name"] == "python" and process["user"] and process["pid"] > 0
+        assert process["pid"] > 0
+
+
+def test_every_process_carries_its_jobs_user_id_step_and_command(hour):
+    seen = {}
+    for gpu in all_gpus(hour):
+        for process in gpu["processes"]:
+            assert process["name"] == process["cmd"].split()[0] in ("python", "jupyter-lab")
+            assert process["user"] and process["step"] == "0" and int(process["job"]) >= FIRST_JOB_ID
+            assert len(process["cmd"]) <= MAX_TEXT
+            identity = (process["user"], process["cmd"])
+            assert seen.setdefault(process["job"], identity) == identity, "a job keeps its user and command"
+    commands = {cmd for _, cmd in seen.values()}
+    assert {cmd.split()[1] for cmd in commands if cmd.startswith("python")} == {"train.py", "eval.py"}
+    assert len(seen) > 10
+
+
+def test_the_forgotten_notebook_sits_at_0_percent_where_the_constants_say_for_the_whole_hour(hour):
+    node = f"sim-{NOTEBOOK_NODE + 1:02d}"
+    jobs = set()
+    for gpu in gpu_series(hour, node, NOTEBOOK_GPU):
+        (process,) = gpu["processes"]
+        assert process["user"] == NOTEBOOK_USER == "dana" and process["cmd"].startswith("jupyter-lab")
+        assert gpu["util"] == 0 and gpu["mem_util"] == 0
+        assert process["mem_used"] == NOTEBOOK_MEM and gpu["mem_used"] > NOTEBOOK_MEM
+        assert is_idle_allocated(gpu) and owner(gpu) == ("dana", process["job"], "")
+        jobs.add(process["job"])
+    assert jobs == {str(FIRST_JOB_ID)}, "open since the fleet started"
+    assert sum(p["user"] == "dana" for gpu in all_gpus(hour) for p in gpu["processes"]) == len(hour), "nowhere else"
+
+
+def test_a_node_with_fewer_gpus_holds_the_notebook_on_its_last():
+    gpus = SimulatedFleet(1, 4, 1.0, seed=1).sample()[0]["gpus"]
+    assert [p["user"] for p in gpus[3]["processes"]] == ["dana"]
+
+
+def stretches(values: list[bool]) -> list[tuple[bool, int]]:
+    """Runs of equal values: (value, length)."""
+    return [(value, len(list(run))) for value, run in groupby(values)]
+
+
+def test_the_stalled_loader_alternates_busy_minutes_with_minutes_near_0_percent(hour):
+    stalled = [(int(process["job"]), node, gpu["index"]) for node, sample in hour[0].items()
+               for gpu in sample["gpus"] for process in gpu["processes"] if process["cmd"] in STALLED.commands]
+    assert stalled, "the fleet starts with a stalled loader"
+    _, node, index = min(stalled)  # the one that started with the fleet: it runs for an hour at least
+    series = gpu_series(hour, node, index)
+    assert series[0]["processes"][0]["job"] == series[-1]["processes"][0]["job"]
+    utils = [gpu["util"] for gpu in series][60:]  # past its start-up
+    assert all(util <= 2 or util >= 80 for util in utils)
+    runs = stretches([util >= 80 for util in utils])[1:-1]  # whole stretches only
+    busy = [length for is_busy, length in runs if is_busy]
+    stalls = [length for is_busy, length in runs if not is_busy]
+    assert len(busy) >= 5 and len(stalls) >= 5
+    assert all(STALL_BUSY[0] <= length <= STALL_BUSY[1] + 1 for length in busy)
+    assert all(STALL_LENGTH[0] <= length <= STALL_LENGTH[1] + 1 for length in stalls)
+
+
+def test_eval_jobs_end_within_minutes_at_half_load(hour):
+    life: dict[str, list[int]] = {}
+    utils: dict[str, list[int]] = {}
+    for step, samples in enumerate(hour):
+        for sample in samples.values():
+            for gpu in sample["gpus"]:
+                for process in gpu["processes"]:
+                    if process["cmd"] in EVAL.commands:
+                        life.setdefault(process["job"], []).append(step)
+                        utils.setdefault(process["job"], []).append(gpu["util"])
+    finished = [job for job, steps in life.items() if steps[0] > 0 and steps[-1] < len(hour) - 1]
+    assert len(finished) >= 3
+    for job in finished:
+        assert life[job][-1] - life[job][0] <= EVAL.duration[1]
+        assert 35 <= statistics.median(utils[job]) <= 75
 
 
 def test_jobs_start_and_stop_with_memory_steps(hour):
@@ -166,8 +252,9 @@ def test_temperature_follows_power_with_a_thermal_lag(hour):
     for node in hour[0]:
         for index in range(8):
             series = gpu_series(hour, node, index)
-            for k in range(30, len(series) - 60):
-                quiet_before = all(g["power"] < 0.4 * g["power_limit"] for g in series[k - 30:k])
+            # A minute quiet, so the board has cooled: a checkpoint dip is shorter.
+            for k in range(60, len(series) - 60):
+                quiet_before = all(g["power"] < 0.4 * g["power_limit"] for g in series[k - 60:k])
                 busy_after = all(g["power"] > 0.6 * g["power_limit"] for g in series[k:k + 60])
                 if quiet_before and busy_after:
                     jumps += 1
@@ -185,6 +272,37 @@ def test_nvlink_and_pcie_traffic_follow_activity(hour):
     assert max(gpu["pcie_rx"] for gpu in idle) < statistics.median(gpu["pcie_rx"] for gpu in busy)
     assert all(gpu["nvlink_tx"] in (0, None) for gpu in idle)
     assert any(gpu["nvlink_tx"] and gpu["nvlink_tx"] > 1e9 for gpu in busy)
+
+
+def test_energy_counts_up_by_the_integral_of_power():
+    fleet, clock = fleet_with_clock(nodes=2)
+    fleet.inject("sim-02", 5, "lost")
+    first = advance(fleet, clock)
+    start = {(node, gpu["index"]): gpu["energy"] for node, sample in first.items() for gpu in sample["gpus"]}
+    assert start[("sim-02", 5)] is None
+    del start[("sim-02", 5)]
+    # The driver loaded days ago: at least a day at idle power.
+    assert all(energy > 86_400 * 25 * 1000 for energy in start.values())
+    used = dict.fromkeys(start, 0.0)
+    last = dict(start)
+    for seconds in [1.0] * 600 + [10.0] * 300:  # 10 min at 1 Hz, then 50 min at 0.1 Hz
+        for node, sample in advance(fleet, clock, seconds).items():
+            for gpu in sample["gpus"]:
+                if (node, gpu["index"]) in start:
+                    assert gpu["energy"] >= last[(node, gpu["index"])]
+                    last[(node, gpu["index"])] = gpu["energy"]
+                    used[(node, gpu["index"])] += gpu["power"] * seconds * 1000  # W × s → mJ
+    for gpu, energy in last.items():
+        assert energy - start[gpu] == pytest.approx(used[gpu], rel=0.01)
+
+
+def test_every_sample_takes_the_schema_fast_path_unchanged():
+    fleet, clock = fleet_with_clock(nodes=4)
+    fleet.inject("sim-02", 1, "lost")
+    for step in run(fleet, clock, 300)[::30]:
+        for sample in step.values():
+            raw = encode(sample)
+            assert read_fast(raw) == sample and read(raw) == (sample, 0)
 
 
 def test_a_hot_gpu_overheats_and_throttles_then_cools_when_cleared():

@@ -1,21 +1,29 @@
 """Usage accounting through ingest into the database, and the API over it (a real Redis and database)."""
 
 import datetime as dt
+import random
+import subprocess
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import orjson
 import pytest
 
+from dashboard.live.idle import IdleAllocations
 from dashboard.live.models import ClusterUsage, GpuUsage, UsageHour
-from dashboard.live.usage import EnergyMeter
+from dashboard.live.usage import UsageAccumulator
 from dashboard.summary import idle_summary
 from dashboard.usage.models import EnergyPrice, GpuPrice
 from gpulse.keys import Keys
+from gpulse.usage import is_allocated, is_idle_allocated, owner
+from tests import fake_nvml
 from tests.samples import gpu, sample
 from tests.test_ingest import apply, entry_at, frames, make_ingest  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parent.parent
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -107,8 +115,52 @@ def test_entries_read_again_after_a_write_are_not_counted_twice(make_ingest):  #
     ([(0.0, None), (1.0, None)], [100.0, 100.0]),  # no counter
 ])
 def test_energy_comes_from_the_counters_deltas_where_they_can_be_trusted(readings, expected):
-    meter = EnergyMeter()
-    assert [meter.joules(("n1", 0), ts, 1.0, counter, 100.0) for ts, counter in readings] == pytest.approx(expected)
+    usage = UsageAccumulator()
+    used = []
+    for ts, counter in readings:
+        usage.clear()
+        usage.add(0, node_sample("n1", ts, [(50, [], counter, 100.0, H100)]))
+        used.append(next(usage.gpu_rows())[-1])
+    assert used == pytest.approx(expected)
+
+
+def random_gpus(rng: random.Random, count: int) -> list[dict]:
+    """GPUs of every shape the accounting tells apart: no process, one, several, a pod, lost, no utilization."""
+    gpus = []
+    for index in range(count):
+        processes = [process(rng.choice(["alice", "bob", None]), rng.choice(["100", None]),
+                             mem=rng.choice([None, 2**30, 2**34]),
+                             pod_uid=rng.choice([None, "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"]))
+                     for _ in range(rng.choice([0, 0, 1, 1, 1, 3]))]
+        reading = gpu(index, util=rng.choice([None, 0, 4.9, 5, 60]), processes=processes)
+        if rng.random() < 0.2:
+            reading["k8s"] = {"pod": rng.choice([None, "nb-0"]), "namespace": "ml", "container": None}
+        if rng.random() < 0.05:
+            reading["lost"] = True
+        gpus.append(reading)
+    return gpus
+
+
+def test_ingests_inlined_definitions_agree_with_gpulse_usage():
+    rng = random.Random(11)
+    gpus = random_gpus(rng, 400)
+    s = sample("n1", gpus=0, ts=1_700_000_040.0)
+    s["gpus"] = gpus
+    usage = UsageAccumulator(busy_util=5.0)
+    usage.add(0, s)
+    counted = {(row[1], *row[3:6]): row[9:11] for row in usage.gpu_rows()}  # (gpu, owner) -> (allocated, busy)
+    idle = IdleAllocations(busy_util=5.0)
+    idle.update("n1", s, 0.0)
+    for reading in gpus:
+        index = reading["index"]
+        if reading.get("lost"):
+            assert not any(key[0] == index for key in counted) and ("n1", index) not in idle.entries
+            continue
+        who = tuple(owner(reading)) if is_allocated(reading) else ("", "", "")
+        util = reading["util"]
+        busy = is_allocated(reading) and util is not None and util >= 5.0
+        assert counted[(index, *who)] == (1.0 if is_allocated(reading) else 0.0, 1.0 if busy else 0.0), reading
+        assert (("n1", index) in idle.entries) == bool(is_idle_allocated(reading, 5.0)), reading
 
 
 # -- the API and the page's numbers ------------------------------------------------------------------------------
@@ -177,6 +229,14 @@ def test_usage_by_user_reads_as_a_platform_team_would(viewer, three_hours):
     assert {row["node"]: row["allocated_pct"] for row in by_node["rows"]} == pytest.approx({"n1": 50.0, "n2": 50.0})
 
 
+def test_limit_keeps_the_costliest_groups_and_the_totals_of_all(viewer, three_hours):
+    span = f"since={three_hours}&until={three_hours + 3 * 3600}"
+    every = viewer.get(f"/api/v1/usage?by=job&{span}").json()
+    two = viewer.get(f"/api/v1/usage?by=job&{span}&limit=2").json()
+    assert two["rows"] == every["rows"][:2] and len(every["rows"]) > 2
+    assert two["totals"] == every["totals"]
+
+
 def test_the_range_is_whole_hours_and_a_range_outside_the_data_is_empty(viewer, three_hours):
     inside = viewer.get(f"/api/v1/usage?by=user&since={three_hours + 600}&until={three_hours + 3600 - 600}").json()
     assert (inside["since"], inside["until"]) == (three_hours, three_hours + 3600)
@@ -190,6 +250,8 @@ def test_the_range_is_whole_hours_and_a_range_outside_the_data_is_empty(viewer, 
     ("since=yesterday", "not a time: 'yesterday'"),
     ("since=1700003600&until=1700000000", "is not after 'since'"),
     ("since=1000d", "a range of at most 400 days"),
+    ("limit=0", "'limit' is a whole number from 1 to 100000, not '0'"),
+    ("limit=ten", "not 'ten'"),
 ])
 def test_a_wrong_query_gets_a_clear_error(viewer, query, message):
     response = viewer.get(f"/api/v1/usage?{query}")
@@ -255,3 +317,41 @@ def test_a_minute_of_usage_lands_in_the_hour_it_belongs_to(make_ingest):  # noqa
     hours = sorted(UsageHour.objects.values_list("hour", "allocated_seconds"))
     assert hours == [(dt.datetime.fromtimestamp(hour - 3600, dt.UTC), 30.0),
                      (dt.datetime.fromtimestamp(hour, dt.UTC), 30.0)]
+
+
+# -- energy end to end: the real collector and NVML binding against the C stand-in -------------------------------
+
+@pytest.mark.parametrize("unsupported", [["power"], ["energy"]], ids=["from the counter", "from power"])
+def test_the_kwh_of_a_collector_against_the_stand_in_match_its_power_within_one_percent(
+        redis_client, redis_url, make_ingest, unsupported):  # noqa: F811
+    """The stand-in's energy counter advances at the power it reports (612.4 W + i W for GPU i).
+
+    With the power reading unsupported the kWh can only come from the counter's deltas, which cover
+    the time from the first sample to the last; with the counter unsupported, only from power ×
+    interval, which covers every sample's interval."""
+    interval = 0.2
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "collectors", "--source", "nvml", "--node-name", "gpu-07", "--interval", str(interval),
+         "--redis-url", redis_url, "--probe-interval", "0"],
+        cwd=ROOT, env=fake_nvml.subprocess_env(fake_nvml.config(gpus=2, unsupported=unsupported)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while redis_client.xlen(Keys().telemetry) < 40 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        collector.terminate()
+        _, errors = collector.communicate(timeout=20)
+    taken = [orjson.loads(fields[b"s"])["ts"] for _, fields in redis_client.xrange(Keys().telemetry)]
+    assert len(taken) >= 40, errors.decode()
+    ingest = make_ingest()
+    while ingest.read(block_ms=10):
+        pass
+    ingest.flush_rollups()
+    for index in (0, 1):
+        rows = GpuUsage.objects.filter(node="gpu-07", gpu=index)
+        seconds = sum(row.seconds for row in rows)
+        assert seconds == pytest.approx(interval * len(taken))
+        covered = taken[-1] - taken[0] if unsupported == ["power"] else seconds
+        kwh = sum(row.energy_j for row in rows) / 3.6e6
+        assert kwh == pytest.approx((612.4 + index) * covered / 3.6e6, rel=0.01)

@@ -8,7 +8,7 @@ down node's GPUs leave the list (they are not idle "now": nobody knows).
 
 import orjson
 
-from gpulse.usage import BUSY_UTIL, is_idle_allocated, owner
+from gpulse.usage import BUSY_UTIL, owner
 
 MAX_LISTED = 1000  # the key is rewritten on a change: bound what one write carries
 
@@ -21,19 +21,28 @@ class IdleAllocations:
         self.changed = True  # the first write replaces what an earlier ingest left
 
     def update(self, node: str, sample: dict, placed: float) -> None:
+        """Take the node's newest sample. Runs for every GPU every second: gpulse.usage's
+        is_idle_allocated is inlined (tests/test_usage_accounting.py holds the two in step)."""
         entries, busy_util = self.entries, self.busy_util
         for gpu in sample["gpus"]:
-            key = (node, gpu["index"])
-            idle = is_idle_allocated(gpu, busy_util)
-            if idle:
-                who = owner(gpu)
-                entry = entries.get(key)
-                if entry is None or entry[1:4] != who:
-                    entries[key] = (placed, *who, gpu.get("name") or "")
+            get = gpu.get
+            processes, k8s = get("processes"), get("k8s")
+            util = get("util")
+            if (processes or k8s and k8s.get("pod")) and not get("lost"):
+                if util is None:
+                    continue  # no utilization reading: no verdict, the entry stays as it is
+                if util < busy_util:
+                    key, who = (node, gpu["index"]), owner(gpu)
+                    entry = entries.get(key)
+                    if entry is None or entry[1:4] != who:
+                        entries[key] = (placed, *who, get("name") or "")
+                        self.changed = True
+                    continue
+            if entries:
+                key = (node, gpu["index"])
+                if key in entries:
+                    del entries[key]
                     self.changed = True
-            elif idle is False and key in entries:  # None (no utilization reading): no verdict, keep it
-                del entries[key]
-                self.changed = True
 
     def forget(self, node: str) -> None:
         for key in [key for key in self.entries if key[0] == node]:

@@ -337,7 +337,7 @@ class Ingest:
         self.frames.forget(name)
         self.health.forget(name)
         self.idle.forget(name)
-        self.rollups.usage.meter.forget(name)
+        self.rollups.usage.forget(name)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hdel(self.keys.known_nodes, name)
         pipe.hdel(self.keys.health, name)

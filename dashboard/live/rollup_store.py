@@ -60,7 +60,8 @@ def merge(model: type[Model], columns: Sequence[str], key: Sequence[str], assign
     table = q(model._meta.db_table)
     head = f"INSERT INTO {table} ({', '.join(map(q, columns))}) "
     tail = f" ON CONFLICT ({', '.join(map(q, key))}) DO UPDATE SET " + assignments(table, connection.vendor)
-    rows = [(*row[:time_column], adapt(row[time_column]), *row[time_column + 1:]) for row in rows]
+    adapted = {value: adapt(value) for value in {row[time_column] for row in rows}}  # rows share a few minutes
+    rows = [(*row[:time_column], adapted[row[time_column]], *row[time_column + 1:]) for row in rows]
     if connection.vendor == "postgresql":
         _merge_by_copy(model, columns, rows, head, tail)
         return

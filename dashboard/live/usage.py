@@ -23,7 +23,7 @@ allocated, busy and owner mean.
 import datetime as dt
 from collections.abc import Iterator
 
-from gpulse.usage import BUSY_UTIL, is_allocated, owner
+from gpulse.usage import BUSY_UTIL, owner
 
 MAX_GAP_INTERVALS = 3  # a longer gap: the node was away; its counter's delta is not this sample's
 MAX_WATTS = 5000.0  # the contract's power bound (gpulse/schema.py): no GPU draws more
@@ -32,48 +32,12 @@ MAX_WATTS = 5000.0  # the contract's power bound (gpulse/schema.py): no GPU draw
 Sums = list
 
 
-class EnergyMeter:
-    """Joules each GPU used since its previous sample, from its energy counter where it can be trusted."""
-
-    def __init__(self):
-        self.last: dict[tuple[str, int], tuple[float, float]] = {}  # (node, gpu) -> (ts, counter mJ)
-
-    def joules(self, key: tuple[str, int], ts: float, interval: float, counter, power) -> float:
-        last = self.last.get(key)
-        if counter is not None:
-            self.last[key] = (ts, counter)
-            if last is not None:
-                gap = ts - last[0]
-                delta = counter - last[1]
-                if 0 < gap <= MAX_GAP_INTERVALS * interval and 0 <= delta <= MAX_WATTS * 1000 * gap:
-                    return delta / 1000
-        return power * interval if power is not None else 0.0
-
-    def forget(self, node: str) -> None:
-        for key in [key for key in self.last if key[0] == node]:
-            del self.last[key]
-
-
 class MinuteUsage:
     """One minute's sums per (node, GPU, owner), and each GPU's model."""
 
     def __init__(self):
         self.sums: dict[tuple[str, int, str, str, str], Sums] = {}
         self.models: dict[tuple[str, int], str] = {}
-
-    def add(self, key: tuple[str, int, str, str, str], model: str, interval: float, allocated: bool, busy: bool,
-            joules: float) -> None:
-        sums = self.sums.get(key)
-        if sums is None:
-            sums = self.sums[key] = [0, 0.0, 0.0, 0.0, 0.0]
-            self.models[key[:2]] = model
-        sums[0] += 1
-        sums[1] += interval
-        if allocated:
-            sums[2] += interval
-            if busy:
-                sums[3] += interval
-        sums[4] += joules
 
     def samples(self) -> int:
         return sum(sums[0] for sums in self.sums.values())
@@ -84,25 +48,62 @@ class UsageAccumulator:
 
     def __init__(self, busy_util: float = BUSY_UTIL):
         self.busy_util = busy_util
-        self.meter = EnergyMeter()
+        self.last_energy: dict[tuple[str, int], tuple[float, float]] = {}  # (node, gpu) -> (ts, counter mJ)
         self.minutes: dict[int, MinuteUsage] = {}
 
     def add(self, minute: int, sample: dict) -> None:
+        """Count one sample. The loop runs for every GPU of the cluster every second, so gpulse.usage's
+        definitions are inlined here (tests/test_usage_accounting.py holds the two in step)."""
         bucket = self.minutes.get(minute)
         if bucket is None:
             bucket = self.minutes[minute] = MinuteUsage()
         node, ts, interval = sample["node"], sample["ts"], sample["interval"]
-        busy_util, joules = self.busy_util, self.meter.joules
+        busy_util, sums_of, models, last_energy = self.busy_util, bucket.sums, bucket.models, self.last_energy
+        longest_gap = MAX_GAP_INTERVALS * interval
         for gpu in sample["gpus"]:
-            if gpu.get("lost"):
+            get = gpu.get
+            if get("lost"):
                 continue
             index = gpu["index"]
-            allocated = is_allocated(gpu)
-            who = owner(gpu) if allocated else ("", "", "")
-            util = gpu.get("util")
-            bucket.add((node, index, *who), gpu.get("name") or "", interval,
-                       allocated, allocated and util is not None and util >= busy_util,
-                       joules((node, index), ts, interval, gpu.get("energy"), gpu.get("power")))
+            processes, k8s = get("processes"), get("k8s")
+            if k8s is None and processes and len(processes) == 1:  # the common case, owner() without its calls
+                process = processes[0]
+                key = (node, index, process.get("user") or "", process.get("job") or "", process.get("pod_uid") or "")
+            elif processes or k8s and k8s.get("pod"):
+                key = (node, index, *owner(gpu))
+            else:
+                key = None
+            if key is None:  # nobody's: its energy still counts, for its node
+                key, allocated, busy = (node, index, "", "", ""), 0.0, 0.0
+            else:
+                util = get("util")
+                allocated = interval
+                busy = interval if util is not None and util >= busy_util else 0.0
+            where, counter = (node, index), get("energy")
+            used = None
+            if counter is not None:
+                last = last_energy.get(where)
+                last_energy[where] = (ts, counter)
+                if last is not None:
+                    gap, delta = ts - last[0], counter - last[1]
+                    if 0 < gap <= longest_gap and 0 <= delta <= MAX_WATTS * 1000 * gap:
+                        used = delta / 1000
+            if used is None:
+                power = get("power")
+                used = power * interval if power is not None else 0.0
+            sums = sums_of.get(key)
+            if sums is None:
+                sums = sums_of[key] = [0, 0.0, 0.0, 0.0, 0.0]
+                models[where] = get("name") or ""
+            sums[0] += 1
+            sums[1] += interval
+            sums[2] += allocated
+            sums[3] += busy
+            sums[4] += used
+
+    def forget(self, node: str) -> None:
+        for key in [key for key in self.last_energy if key[0] == node]:
+            del self.last_energy[key]
 
     def drop(self, minute: int) -> int:
         """Forget an unwritten minute (the rollups' bound); return its GPU samples."""

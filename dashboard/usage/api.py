@@ -1,5 +1,5 @@
-"""GET /api/v1/usage?by=user|job|node&since=7d&until=…: the usage page's numbers (authentication:
-dashboard.accounts.middleware)."""
+"""GET /api/v1/usage?by=user|job|node&since=7d&until=…&limit=1000: the usage page's numbers, the
+costliest ``limit`` groups and the totals of all (authentication: dashboard.accounts.middleware)."""
 
 import datetime as dt
 
@@ -11,6 +11,7 @@ from dashboard.usage.prices import current_prices
 from dashboard.usage.report import GROUPINGS, idle_now, usage_table
 
 DEFAULT_SPAN = dt.timedelta(days=7)
+DEFAULT_LIMIT, MAX_LIMIT = 1000, 100_000
 
 
 def parse_range(query) -> tuple[dt.datetime, dt.datetime]:
@@ -24,10 +25,13 @@ def usage(request):
     by = request.GET.get("by", "user")
     if by not in GROUPINGS:
         return JsonResponse({"error": f"'by' is one of {', '.join(GROUPINGS)}, not {by!r}"}, status=400)
+    limit = request.GET.get("limit", str(DEFAULT_LIMIT))
+    if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
+        return JsonResponse({"error": f"'limit' is a whole number from 1 to {MAX_LIMIT}, not {limit!r}"}, status=400)
     try:
         since, until = parse_range(request.GET)
         prices = current_prices()
-        table = usage_table(by, since, until, prices)
+        table = usage_table(by, since, until, prices, limit=int(limit))
     except ValueError as exc:  # a time that does not parse, or a range that is empty or too long (BadRange)
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({**table, "idle_now": idle_now(prices)})

@@ -15,7 +15,8 @@ import math
 import time
 
 import orjson
-from django.db.models import Sum
+from django.db import connection, transaction
+from django.db.models import Case, F, FloatField, Sum, Value, When
 from django.db.models.functions import TruncHour
 
 from dashboard.live.models import ClusterUsage, UsageHour
@@ -45,46 +46,54 @@ def hour_range(since: dt.datetime, until: dt.datetime) -> tuple[dt.datetime, dt.
     return dt.datetime.fromtimestamp(start, dt.UTC), dt.datetime.fromtimestamp(end, dt.UTC)
 
 
-def _figures(allocated: float, busy: float, joules: float, cost: float, idle_cost: float, prices: Prices) -> dict:
-    kwh = joules / 3.6e6
+def _figures(sums: dict, prices: Prices) -> dict:
+    """What a table shows of a group's _sums() (None where the group has no rows)."""
+    allocated, busy = sums["allocated"] or 0.0, sums["busy"] or 0.0
+    kwh = (sums["joules"] or 0.0) / 3.6e6
     return {
         "gpu_hours": allocated / HOUR,
         "busy_pct": 100.0 * busy / allocated if allocated else None,
         "idle_gpu_hours": (allocated - busy) / HOUR,
-        "cost": cost,
-        "idle_cost": idle_cost,
+        "cost": sums["cost"] or 0.0,
+        "idle_cost": sums["idle_cost"] or 0.0,
         "kwh": kwh,
         "energy_cost": kwh * prices.per_kwh,
     }
 
 
-def usage_table(by: str, since: dt.datetime, until: dt.datetime, prices: Prices) -> dict:
-    """Rows for each user, job or node over whole hours since..until, costliest first, and their totals."""
+def _sums(prices: Prices) -> dict:
+    """The aggregates of each group, cost included: priced in SQL (a CASE on the GPU model), so the
+    database orders the groups by cost and only the costliest come back."""
+    price = Case(*(When(model=model, then=Value(usd)) for model, usd in prices.per_gpu_hour.items()),
+                 default=Value(prices.default_gpu_hour), output_field=FloatField())
+    return {"seconds": Sum("seconds"), "allocated": Sum("allocated_seconds"), "busy": Sum("busy_seconds"),
+            "joules": Sum("energy_j"), "cost": Sum(F("allocated_seconds") * price) / HOUR,
+            "idle_cost": Sum((F("allocated_seconds") - F("busy_seconds")) * price) / HOUR}
+
+
+def usage_table(by: str, since: dt.datetime, until: dt.datetime, prices: Prices, limit: int | None = None) -> dict:
+    """The costliest ``limit`` users, jobs or nodes (all where None) over whole hours since..until, and the totals."""
     fields = GROUPINGS[by]
     start, end = hour_range(since, until)
     rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
     if by != "node":  # a GPU nobody held belongs to no user or job (its energy shows by node)
         rows = rows.filter(allocated_seconds__gt=0)
-    sums = (rows.values(*fields, "model").order_by()
-            .annotate(seconds=Sum("seconds"), allocated=Sum("allocated_seconds"), busy=Sum("busy_seconds"),
-                      joules=Sum("energy_j")))
-    groups: dict[tuple, list[float]] = {}
-    for row in sums:
-        price = prices.gpu_hour(row["model"])
-        group = groups.setdefault(tuple(row[field] for field in fields), [0.0] * 6)
-        for i, value in enumerate((row["seconds"], row["allocated"], row["busy"], row["joules"],
-                                   row["allocated"] / HOUR * price, (row["allocated"] - row["busy"]) / HOUR * price)):
-            group[i] += value
-    table = []
-    for key, (seconds, allocated, busy, joules, cost, idle_cost) in groups.items():
-        entry = {**dict(zip(fields, key, strict=True)), **_figures(allocated, busy, joules, cost, idle_cost, prices)}
-        if by == "node":
-            entry["allocated_pct"] = 100.0 * allocated / seconds if seconds else None
-        table.append(entry)
-    table.sort(key=lambda entry: (-entry["cost"], -entry["kwh"], [entry[field] for field in fields]))
-    _, allocated, busy, joules, cost, idle_cost = (sum(group[i] for group in groups.values()) for i in range(6))
+    sums = _sums(prices)
+    groups = rows.values(*fields).order_by().annotate(**sums).order_by("-cost", "-joules", *fields)
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # A month of jobs is 100,000+ groups: let them hash in memory rather than sort on disk.
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL work_mem = '64MB'")
+        table = []
+        for group in groups if limit is None else groups[:limit]:
+            entry = {**{field: group[field] for field in fields}, **_figures(group, prices)}
+            if by == "node":
+                entry["allocated_pct"] = 100.0 * group["allocated"] / group["seconds"] if group["seconds"] else None
+            table.append(entry)
+        totals = rows.aggregate(**sums)
     return {"by": by, "since": start.timestamp(), "until": end.timestamp(), "rows": table,
-            "totals": _figures(allocated, busy, joules, cost, idle_cost, prices), "prices": prices.as_dict()}
+            "totals": _figures(totals, prices), "prices": prices.as_dict()}
 
 
 def allocation_series(since: dt.datetime, until: dt.datetime) -> dict:

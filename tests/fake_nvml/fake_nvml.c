@@ -5,7 +5,8 @@
  * It implements only the entry points gpulse's NVML source calls, with the
  * real signatures, struct layouts and error codes, so the binding raises its
  * real exception classes. Readings are fixed constants (below) so tests can
- * check unit conversions exactly.
+ * check unit conversions exactly; the counters (NVLink throughput, energy)
+ * grow at fixed rates from nvmlInit, so tests can check rates too.
  *
  * Configuration: FAKE_NVML_CONFIG, read at every nvmlInit, or
  * fakeNvmlConfigure(text) at any time. "key=value" pairs separated by ';':
@@ -51,8 +52,10 @@
  *   enforced limit 700000 mW, SM clock 1980 MHz, memory clock 2619 MHz,
  *   fan 40+i %, volatile uncorrected ECC i, PCIe TX 1171875 KB/s and
  *   RX 3125000 KB/s, 4 NVLink links each counting 2500000 KiB/s TX and
- *   1250000 KiB/s RX since nvmlInit, total energy 48213775401 + i mJ, PCIe
- *   replays i, memory temperature 70+i C (field value NVML_FI_DEV_MEMORY_TEMP).
+ *   1250000 KiB/s RX since nvmlInit, total energy 48213775401 + i mJ at
+ *   nvmlInit growing at the power above (mW x s = mJ, so 612.4 + i J each
+ *   second), PCIe replays i, memory temperature 70+i C (field value
+ *   NVML_FI_DEV_MEMORY_TEMP).
  *
  * fakeNvmlUtilizationCalls(i) counts the utilization calls GPU i received,
  * so a test can tell whether a GPU was read again.
@@ -420,10 +423,13 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned int sensor, 
     return NVML_SUCCESS;
 }
 
+/* GPU i's power draw; its energy counter grows at it. */
+static unsigned int power_mw(int index) { return 612400 + 1000 * index; }
+
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *milliwatts)
 {
     CHECK(device, R_POWER);
-    *milliwatts = 612400 + 1000 * index;
+    *milliwatts = power_mw(index);
     return NVML_SUCCESS;
 }
 
@@ -486,7 +492,7 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, unsigned int count
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *millijoules)
 {
     CHECK(device, R_ENERGY);
-    *millijoules = ENERGY_MJ + index;
+    *millijoules = ENERGY_MJ + index + (unsigned long long)(power_mw(index) * (now() - init_time));
     return NVML_SUCCESS;
 }
 
