@@ -7,6 +7,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from dashboard.usage import views
 from dashboard.usage.models import EnergyPrice, GpuPrice
 from dashboard.usage.templatetags.usage_format import idle_for, one_decimal, usd
 from tests.test_ingest import apply, frames, make_ingest  # noqa: F401 (fixtures)
@@ -90,6 +91,19 @@ def test_the_page_shows_the_apis_numbers_for_the_same_range(viewer, three_hours,
     assert table["body"] == expected  # the same rows, in the same order (costliest first)
     assert table["foot"] == [["Total"] + [""] * len(extra) + shown(answer["totals"])]
     assert answer["rows"] and any("," in cell for row in expected for cell in row)  # $1,234.56, not 1234.56
+
+
+def test_a_table_shows_the_costliest_groups_and_the_totals_of_all(viewer, three_hours, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(views, "PAGE_ROWS", 2)
+    query = f"since={three_hours}&until={three_hours + 3 * 3600}"
+    answer = viewer.get(f"/api/v1/usage?by=user&{query}").json()
+    html = viewer.get(f"/usage/?{query}").content.decode()
+    table = Tables(html).tables["usage-user"]
+    assert len(answer["rows"]) == 3
+    assert [row[0] for row in table["body"]] == [row["user"] for row in answer["rows"][:2]]
+    assert table["foot"][0][1:] == shown(answer["totals"])
+    assert "the 2 costliest, the CSV has all" in html
+    assert len(list(csv.DictReader(io.StringIO(viewer.get(f"/usage/user.csv?{query}").content.decode())))) == 3
 
 
 def test_the_page_names_its_range_and_links_csvs_of_that_range(viewer, three_hours):  # noqa: F811

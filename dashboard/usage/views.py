@@ -17,6 +17,7 @@ DEFAULT_RANGE = "7d"  # what parse_range takes without a since
 TITLES = {"user": "By user", "job": "By job", "node": "By node"}
 FIGURES = ("gpu_hours", "busy_pct", "idle_gpu_hours", "idle_cost", "cost", "kwh", "energy_cost")
 TOP_IDLE = 25
+PAGE_ROWS = 100  # the costliest groups a table shows; a month holds 100,000 jobs, which the CSV has
 # A spreadsheet reads a cell starting with one of these as a formula (OWASP, "CSV Injection").
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -37,7 +38,7 @@ def usage_page(request):
     try:
         since, until = parse_range(query)
         prices = current_prices()
-        tables = [usage_table(by, since, until, prices) for by in GROUPINGS]
+        tables = [usage_table(by, since, until, prices, limit=PAGE_ROWS) for by in GROUPINGS]
     except ValueError as exc:  # a time that does not parse, or a range that is empty or too long
         return render(request, "usage/usage.html", {**context, "error": str(exc)}, status=400)
     # Every table covers the same whole hours: the chart and the CSV links take them too.
@@ -58,6 +59,7 @@ def _shown(table: dict) -> dict:
     """A table as the template walks it: each row's group (user; job, pod, user; node) as a list."""
     names = GROUPINGS[table["by"]]
     return {**table, "title": TITLES[table["by"]], "names": names, "width": len(_columns(table["by"])),
+            "cut": len(table["rows"]) == PAGE_ROWS,
             "rows": [{**row, "group": [row[name] for name in names]} for row in table["rows"]]}
 
 
