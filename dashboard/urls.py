@@ -25,5 +25,6 @@ urlpatterns = [
     path("api/v1/", include("dashboard.simulator.api_urls")),
     path("api/v1/", include("dashboard.usage.api_urls")),
     path("metrics", metrics.metrics_view, name="metrics"),
+    path("usage/", include("dashboard.usage.urls")),
     path("", include("dashboard.live.urls")),
 ]

@@ -85,6 +85,7 @@ READY = {
     "node": "() => document.querySelectorAll('#gpu-table tbody tr').length > 0"
             " && document.querySelectorAll('#health-checks tbody tr').length > 0",
     "health": "() => /\\d+ healthy/.test(document.getElementById('health-counts').textContent)",
+    "usage": "() => window.gpulseUsage && window.gpulseUsage.drawn",
 }
 
 
@@ -148,6 +149,7 @@ def page_paths(admin_context, running_system) -> dict[str, str]:
         "login": "/accounts/login/",
         "overview": "/",
         "health": "/health/",
+        "usage": "/usage/",
         "node": "/nodes/sim-01/",
         "benchmarks": "/benchmarks/",
         "job": job,

@@ -21,6 +21,11 @@
     return isNum(value) ? value.toFixed(digits) : "—";
   }
 
+  /* Dollars as $1,234.56. */
+  function usd(value) {
+    return isNum(value) ? "$" + value.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 }) : "—";
+  }
+
   function age(seconds) {
     if (!isNum(seconds)) return "—";
     if (seconds < 0) seconds = 0;
@@ -127,6 +132,7 @@
     numberOrNaN: numberOrNaN,
     numberOrNull: numberOrNull,
     fixed: fixed,
+    usd: usd,
     age: age,
     gib: gib,
     GIB: GIB,

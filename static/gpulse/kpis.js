@@ -1,5 +1,6 @@
 /* The overview's KPI cards: nodes, GPUs, utilization, power, memory from the
- * cluster model (GpulseCluster), alerts and benchmark jobs from the frames' summary. */
+ * cluster model (GpulseCluster); alerts, benchmark jobs and the GPUs allocated but idle
+ * from the frames' summary. */
 (function () {
   "use strict";
 
@@ -74,6 +75,11 @@
     setText("kpi-jobs", F.isNum(s.jobs_running) ? s.jobs_running + " running" : "—");
     setText("kpi-queued", (F.isNum(s.jobs_queued) ? s.jobs_queued : "—") + " queued");
     setText("kpi-throughput", throughputText(s));
+    const idle = s.idle_allocated;
+    const idleGpus = idle && F.isNum(idle.gpus) ? idle.gpus : null;
+    setText("kpi-idle", idleGpus === null ? "—" : idleGpus + (idleGpus === 1 ? " GPU" : " GPUs"));
+    document.getElementById("kpi-idle").classList.toggle("status-stale", idleGpus > 0);
+    setText("kpi-idle-cost", (idle && F.isNum(idle.usd_per_hour) ? F.usd(idle.usd_per_hour) : "—") + "/h");
     const nav = document.getElementById("nav-firing");
     if (nav && F.isNum(s.alerts_firing)) nav.textContent = s.alerts_firing ? String(s.alerts_firing) : "";
   }
