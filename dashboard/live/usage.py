@@ -48,7 +48,8 @@ class UsageAccumulator:
 
     def __init__(self, busy_util: float = BUSY_UTIL):
         self.busy_util = busy_util
-        self.last_energy: dict[tuple[str, int], tuple[float, float]] = {}  # (node, gpu) -> (ts, counter mJ)
+        # node -> (ts, {GPU index: energy counter mJ}) of its newest sample with counters
+        self.last_energy: dict[str, tuple[float, dict[int, float]]] = {}
         self.minutes: dict[int, MinuteUsage] = {}
 
     def add(self, minute: int, sample: dict) -> None:
@@ -58,8 +59,14 @@ class UsageAccumulator:
         if bucket is None:
             bucket = self.minutes[minute] = MinuteUsage()
         node, ts, interval = sample["node"], sample["ts"], sample["interval"]
-        busy_util, sums_of, models, last_energy = self.busy_util, bucket.sums, bucket.models, self.last_energy
-        longest_gap = MAX_GAP_INTERVALS * interval
+        busy_util, sums_of, models = self.busy_util, bucket.sums, bucket.models
+        previous = self.last_energy.get(node)
+        counters: dict[int, float] = {}
+        earlier: dict[int, float] = {}  # the counters a delta may be taken from: none after a gap or out of order
+        most = 0.0  # the largest delta a GPU can make over the gap, in mJ
+        if previous is not None and 0 < ts - previous[0] <= MAX_GAP_INTERVALS * interval:
+            earlier = previous[1]
+            most = MAX_WATTS * 1000 * (ts - previous[0])
         for gpu in sample["gpus"]:
             get = gpu.get
             if get("lost"):
@@ -79,31 +86,30 @@ class UsageAccumulator:
                 util = get("util")
                 allocated = interval
                 busy = interval if util is not None and util >= busy_util else 0.0
-            where, counter = (node, index), get("energy")
+            counter = get("energy")
             used = None
             if counter is not None:
-                last = last_energy.get(where)
-                last_energy[where] = (ts, counter)
-                if last is not None:
-                    gap, delta = ts - last[0], counter - last[1]
-                    if 0 < gap <= longest_gap and 0 <= delta <= MAX_WATTS * 1000 * gap:
-                        used = delta / 1000
+                counters[index] = counter
+                before = earlier.get(index)
+                if before is not None and 0 <= counter - before <= most:
+                    used = (counter - before) / 1000
             if used is None:
                 power = get("power")
                 used = power * interval if power is not None else 0.0
             sums = sums_of.get(key)
             if sums is None:
                 sums = sums_of[key] = [0, 0.0, 0.0, 0.0, 0.0]
-                models[where] = get("name") or ""
+                models[(node, index)] = get("name") or ""
             sums[0] += 1
             sums[1] += interval
             sums[2] += allocated
             sums[3] += busy
             sums[4] += used
+        if counters and (previous is None or ts > previous[0]):  # a late sample must not move the reference back
+            self.last_energy[node] = (ts, counters)
 
     def forget(self, node: str) -> None:
-        for key in [key for key in self.last_energy if key[0] == node]:
-            del self.last_energy[key]
+        self.last_energy.pop(node, None)
 
     def drop(self, minute: int) -> int:
         """Forget an unwritten minute (the rollups' bound); return its GPU samples."""
