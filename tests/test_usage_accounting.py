@@ -125,6 +125,15 @@ def test_energy_comes_from_the_counters_deltas_where_they_can_be_trusted(reading
     assert used == pytest.approx(expected)
 
 
+def test_a_late_sample_takes_power_times_interval_and_leaves_the_counters_reference_alone():
+    usage = UsageAccumulator()
+    for ts in (10.0, 12.0, 11.0, 13.0):  # 11 arrives late (a backlog); the counter runs at 100 W
+        usage.add(0, node_sample("n1", ts, [(50, [], 100_000 * ts, 100.0, H100)]))
+    # 100 J (first: power × interval) + 200 J (10 → 12) + 100 J (late: power × interval) + 100 J (12 → 13);
+    # had the late sample become the reference, 11 → 13 would count 11 → 12 twice.
+    assert next(usage.gpu_rows())[-1] == pytest.approx(500.0)
+
+
 def random_gpus(rng: random.Random, count: int) -> list[dict]:
     """GPUs of every shape the accounting tells apart: no process, one, several, a pod, lost, no utilization."""
     gpus = []
