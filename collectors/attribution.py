@@ -11,6 +11,7 @@ own cgroup namespace sees other cgroups as ``/../..``-relative paths, which no
 format here matches.
 """
 
+import functools
 import pwd
 import re
 from pathlib import Path
@@ -91,20 +92,26 @@ def _text(value: str | None) -> str | None:
     return value[:MAX_TEXT] if value else None
 
 
+@functools.lru_cache(maxsize=4096)
+def _user_name(uid: int) -> str:
+    """The uid's name; cached, as every sample asks again and a directory service (LDAP, SSSD) may be remote."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        # Not in this node's passwd (a directory user the collector's container cannot
+        # resolve): the uid's digits, which the control host can still map to a person.
+        return str(uid)
+
+
 def _user(status: str | None) -> str | None:
     """The name of the process's real uid, from the ``Uid:`` line of ``/proc/<pid>/status``."""
     for line in (status or "").splitlines():
         if line.startswith("Uid:"):
             fields = line.split()  # Uid: real, effective, saved, filesystem; the real uid owns the work
             try:
-                uid = int(fields[1])
-                return pwd.getpwuid(uid).pw_name
+                return _user_name(int(fields[1]))
             except (IndexError, ValueError):
                 return None
-            except KeyError:
-                # Not in this node's passwd (a directory user the collector's container cannot
-                # resolve): the uid's digits, which the control host can still map to a person.
-                return str(uid)
     return None
 
 
