@@ -11,8 +11,8 @@ allocated, busy and owner mean.
 - **Energy**: the delta of the GPU's energy counter (mJ since the driver
   loaded) since the node's previous sample. Where there is no delta to take
   (the first sample after ingest starts, a counter that went backwards after
-  a driver reload, a gap of more than MAX_GAP_INTERVALS, a GPU without the
-  counter) or the delta is impossible (more than MAX_WATTS over the gap: a
+  a driver reload, a gap of more than MAX_GAP_INTERVALS, a sample older than
+  the node's newest, a GPU without the counter) or the delta is impossible (more than MAX_WATTS over the gap: a
   node is untrusted), it is power × interval.
 - **Rows**: GpuUsage per (node, GPU, minute, owner); UsageHour the same summed
   per (hour, node, GPU model, owner), which the tables read; ClusterUsage per
