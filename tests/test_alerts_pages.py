@@ -12,13 +12,35 @@ from django.utils import timezone
 from dashboard.alerts.context_processors import firing_alerts
 from dashboard.alerts.delivery import signature
 from dashboard.alerts.evaluate import AlertEvaluator
-from dashboard.alerts.models import DeliveryAttempt, Rule, Silence, Transition, WebhookEndpoint
+from dashboard.alerts.models import (
+    FIRING,
+    PENDING,
+    Alert,
+    DeliveryAttempt,
+    Rule,
+    Silence,
+    Transition,
+    WebhookEndpoint,
+    fingerprint,
+)
 from gpulse.keys import Keys
 from gpulse.status import UP
 from tests.test_alerts_evaluate import T0, cluster, gpu
 from tests.test_webhook_deadline import DEADLINE, SLACK
 
 pytestmark = pytest.mark.django_db
+
+
+def _group(page: str, rule: str) -> str:
+    """Return the HTML of ``rule``'s group on the alerts page."""
+    groups = page.split('class="alert-group"')[1:]
+    [group] = [g.split("</details>")[0] for g in groups if f'<span class="rule-name">{rule}</span>' in g]
+    return group
+
+
+def _targets(group: str) -> list[str]:
+    """Return the targets of a group's rows, in order."""
+    return [row.split('">', 2)[2].split("</a>")[0] for row in group.split("<tbody>")[1].split("<tr")[1:]]
 
 
 def test_the_alerts_page_shows_firing_pending_and_resolved_with_durations(viewer):
@@ -29,12 +51,68 @@ def test_the_alerts_page_shows_firing_pending_and_resolved_with_durations(viewer
     ev.evaluate(cluster(("gpu-01", UP, [gpu(0, temp=91, util=99), gpu(1, temp=92)])), now=T0)
     ev.evaluate(cluster(("gpu-01", UP, [gpu(0, temp=91, util=99), gpu(1, temp=70)])), now=T0 + 192)
     page = viewer.get("/alerts/").content.decode()
-    firing = page.split('id="firing"')[1].split("</table>")[0]
-    assert "Too hot" in firing and "gpu-01 GPU 0" in firing and "gpu-01 GPU 1" not in firing
-    pending = page.split('id="pending"')[1].split("</table>")[0]
-    assert "Too busy" in pending and "of 600 s" in pending
+    hot = _group(page, "Too hot")
+    assert _targets(hot) == ["gpu-01 GPU 0"] and "1 firing" in hot and "status-firing" in hot
+    busy = _group(page, "Too busy")
+    assert _targets(busy) == ["gpu-01 GPU 0"] and "1 pending" in busy and "of 10 min" in busy
     resolved = page.split('id="resolved"')[1].split("</table>")[0]
     assert "gpu-01 GPU 1" in resolved and "3 min 12 s" in resolved
+
+
+def _active_alerts(rule: Rule, firing: int, pending: int = 0) -> None:
+    """Write ``firing`` and ``pending`` alerts of ``rule`` as the evaluator leaves them, the oldest first."""
+    start = timezone.now() - timedelta(hours=3)
+    Alert.objects.bulk_create(
+        Alert(fingerprint=fingerprint(rule.id, f"node-{n:04d}", 0), rule=rule, node=f"node-{n:04d}", gpu=0,
+              status=FIRING if n < firing else PENDING, status_since=start + timedelta(seconds=n), value=91)
+        for n in range(firing + pending)
+    )
+
+
+def test_the_alerts_page_groups_alerts_by_rule_with_counts_and_the_oldest(viewer):
+    Rule.objects.all().delete()
+    broad = Rule.objects.create(name="Broad", metric="gpu.temp", comparison=">", threshold=85, for_seconds=300,
+                                severity="warning")
+    narrow = Rule.objects.create(name="Narrow", metric="gpu.lost", comparison="==", threshold=1,
+                                 severity="critical")
+    _active_alerts(broad, firing=1145, pending=3)
+    _active_alerts(narrow, firing=1)
+    page = viewer.get("/alerts/").content.decode()
+    assert page.count('class="alert-group"') == 2
+    # The critical group first, then by name, so a refresh never moves a group under the reader's eyes.
+    assert page.index('<span class="rule-name">Narrow</span>') < page.index('<span class="rule-name">Broad</span>')
+    group = _group(page, "Broad")
+    summary = group.split("</summary>")[0]
+    assert "1145 firing" in summary and "3 pending" in summary and "warning" in summary
+    assert "GPU temperature above 85 °C for 5 min" in summary
+    oldest = Alert.objects.filter(rule=broad).earliest("status_since").status_since
+    assert f"oldest since {oldest:%Y-%m-%d %H:%M} UTC (3 h 00 min)" in summary
+    # Closed, and at most one page of rows: never the 1,148-row table.
+    assert " open" not in group.split(">")[0]
+    assert len(_targets(group)) == 50 and _targets(group)[0] == "node-0000 GPU 0"
+    assert "1–50 of 1148" in group and f'href="?rule={broad.id}&amp;page=2#rule-{broad.id}"' in group
+
+
+def test_a_group_pages_through_its_alerts_within_bounds(viewer):
+    Rule.objects.all().delete()
+    broad = Rule.objects.create(name="Broad", metric="gpu.temp", comparison=">", threshold=85)
+    other = Rule.objects.create(name="Other", metric="gpu.lost", comparison="==", threshold=1)
+    _active_alerts(broad, firing=120, pending=3)
+    _active_alerts(other, firing=60)
+    page = viewer.get(f"/alerts/?rule={broad.id}&page=2").content.decode()
+    group = _group(page, "Broad")
+    assert ' open' in group.split(">")[0]  # the group being paged through is open
+    assert _targets(group)[0] == "node-0050 GPU 0" and len(_targets(group)) == 50 and "51–100 of 123" in group
+    assert f"?rule={broad.id}&amp;page=1#" in group and f"?rule={broad.id}&amp;page=3#" in group
+    assert _targets(_group(page, "Other"))[0] == "node-0000 GPU 0"  # other groups stay on their first page
+    last = _group(viewer.get(f"/alerts/?rule={broad.id}&page=3").content.decode(), "Broad")
+    assert _targets(last)[-3:] == ["node-0120 GPU 0", "node-0121 GPU 0", "node-0122 GPU 0"]
+    assert "101–123 of 123" in last and "page=4" not in last  # firing first, then pending
+    for page_number, first in (("99", "101–123"), ("0", "1–50"), ("-3", "1–50"), ("x", "1–50")):
+        group = _group(viewer.get(f"/alerts/?rule={broad.id}&page={page_number}").content.decode(), "Broad")
+        assert f"{first} of 123" in group, page_number
+    assert viewer.get(f"/alerts/?rule={other.id + 1000}&page=2").status_code == 200
+    assert viewer.get("/alerts/?rule=x&page=2").status_code == 200
 
 
 def test_the_firing_count_reaches_every_page(viewer_user):
@@ -162,14 +240,13 @@ def test_the_alerts_page_shows_what_became_of_each_notification(viewer):
     _attempt(_firing("gave up", "n3"), ops, 5, DeliveryAttempt.GAVE_UP, "timed out")
     _firing("silenced", "n4", notify=False)
     page = viewer.get("/alerts/").content.decode()
-    firing = page.split('id="firing"')[1].split("<tbody>")[1].split("</tbody>")[0]
-    rows = {row.split("<td>")[1].split("</td>")[0]: row for row in firing.split("<tr")[1:]}
+    rows = {rule: _group(page, rule).split("<tbody>")[1] for rule in ("delivered", "retrying", "gave up", "silenced")}
     assert "ops: ok" in rows["delivered"] and "chat: failed" in rows["delivered"]
     assert "refused: 10.0.0.1 is a private address" in rows["delivered"]
     assert "ops: retrying" in rows["retrying"] and "ops: gave up" in rows["gave up"]
-    assert "silenced" in rows["silenced"] and "yes" not in page.split('id="firing"')[1].split("</table>")[0]
+    assert "silenced" in rows["silenced"] and not any(">yes<" in row for row in rows.values())
     WebhookEndpoint.objects.all().delete()
-    assert "no webhook" in viewer.get("/alerts/").content.decode().split('id="firing"')[1].split("</table>")[0]
+    assert "no webhook" in _group(viewer.get("/alerts/").content.decode(), "delivered")
 
 
 def test_the_alerts_page_reads_deliveries_in_a_fixed_number_of_queries(viewer):

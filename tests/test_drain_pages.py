@@ -45,7 +45,7 @@ def test_the_rules_page_offers_drain_and_shows_which_rules_drain(operator):
     Rule.objects.create(name="drains", metric="gpu.temp", threshold=85, drain=True, resume_after=900)
     page = operator.get("/alerts/rules/").content.decode()
     assert 'name="drain"' in page and 'name="resume_after"' in page
-    assert "yes, resume after 900 s" in page
+    assert "yes, resume after 15 min" in page
 
 
 @pytest.fixture

@@ -10,34 +10,58 @@ import fnmatch
 import hashlib
 import secrets
 import uuid
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
 
+from gpulse.schema import GPU_METRICS
 from gpulse.throttle import THROTTLE_REASONS
 
-METRICS = (
-    ("gpu.util", "GPU utilization (%)"),
-    ("gpu.temp", "GPU temperature (°C)"),
-    ("gpu.power", "GPU power draw (W)"),
-    ("gpu.mem_used_pct", "GPU memory used (%)"),
-    ("gpu.ecc_uncorrected", "uncorrected ECC errors"),
-    ("gpu.xid", "XID error code (0 = none)"),
-    ("gpu.lost", "GPU lost / fallen off the bus (1 = lost)"),
-    ("gpu.throttle", "throttle reason present (1 = present)"),
-    ("node.down", "node down: latest sample expired (1 = down)"),
-    ("node.stale", "node stale or down (1 = stale)"),
-    ("node.clock_skew", "node's clock off by more than GPULSE_MAX_CLOCK_SKEW (1 = off)"),
-    ("node.health", "node health verdict (0 healthy, 1 degraded, 2 failing)"),
-    ("gpu.pcie_degraded", "GPU PCIe link below its maximum (1 = degraded)"),
-    ("gpu.row_remap_pending", "GPU row remap pending or failed (1 = yes)"),
-    ("gpu.nvlink_down", "GPU NVLink link down (1 = down)"),
-    ("ib.port_down", "InfiniBand/RoCE ports not ACTIVE/LinkUp (count)"),
-    ("gpu.idle_allocated", "GPU allocated but idle, below GPULSE_BUSY_UTIL (1 = idle; usually for 1800 s)"),
-    ("probe.busbw", "NCCL probe bus bandwidth (GB/s)"),
+_SAMPLE_UNITS = {m.name: m.unit for m in GPU_METRICS}
+
+
+@dataclass(frozen=True)
+class RuleMetric:
+    """A metric a rule can watch, and how the pages say it (dashboard/alerts/words.py)."""
+
+    name: str
+    words: str  # in a sentence: "GPU temperature"
+    unit: str = ""  # of its values and thresholds: "°C"
+    legend: str = ""  # what a count's, code's or flag's values mean: "1 = lost"
+    flag: bool = False  # 1 or 0: "== 1" reads as the words alone, "GPU lost"
+
+    @property
+    def label(self) -> str:
+        note = self.unit or self.legend
+        return f"{self.words} ({note})" if note else self.words
+
+
+RULE_METRICS = (
+    RuleMetric("gpu.util", "GPU utilization", _SAMPLE_UNITS["util"]),
+    RuleMetric("gpu.temp", "GPU temperature", _SAMPLE_UNITS["temp"]),
+    RuleMetric("gpu.power", "GPU power draw", _SAMPLE_UNITS["power"]),
+    RuleMetric("gpu.mem_used_pct", "GPU memory used", "%"),
+    RuleMetric("gpu.ecc_uncorrected", "uncorrected ECC errors"),
+    RuleMetric("gpu.xid", "XID error code", legend="0 = none"),
+    RuleMetric("gpu.lost", "GPU lost / fallen off the bus", legend="1 = lost", flag=True),
+    RuleMetric("gpu.throttle", "throttle reason present", legend="1 = present", flag=True),
+    RuleMetric("node.down", "node down: latest sample expired", legend="1 = down", flag=True),
+    RuleMetric("node.stale", "node stale or down", legend="1 = stale", flag=True),
+    RuleMetric("node.clock_skew", "node's clock off by more than GPULSE_MAX_CLOCK_SKEW", legend="1 = off", flag=True),
+    RuleMetric("node.health", "node health verdict", legend="0 healthy, 1 degraded, 2 failing"),
+    RuleMetric("gpu.pcie_degraded", "GPU PCIe link below its maximum", legend="1 = degraded", flag=True),
+    RuleMetric("gpu.row_remap_pending", "GPU row remap pending or failed", legend="1 = yes", flag=True),
+    RuleMetric("gpu.nvlink_down", "GPU NVLink link down", legend="1 = down", flag=True),
+    RuleMetric("ib.port_down", "InfiniBand/RoCE ports not ACTIVE/LinkUp", legend="count"),
+    RuleMetric("gpu.idle_allocated", "GPU allocated but idle, below GPULSE_BUSY_UTIL",
+               legend="1 = idle; usually for 1800 s", flag=True),
+    RuleMetric("probe.busbw", "NCCL probe bus bandwidth", "GB/s"),
 )
+RULE_METRIC = {m.name: m for m in RULE_METRICS}
+METRICS = tuple((m.name, m.label) for m in RULE_METRICS)
 COMPARISONS = (">", ">=", "<", "<=", "==", "!=")
 SEVERITIES = ("info", "warning", "critical")
 # Seconds a drained node's alert must stay resolved before gpulse resumes it.

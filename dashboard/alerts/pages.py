@@ -7,7 +7,7 @@ a user without it gets 403 whether the id exists or not.
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, redirect, render, resolve_url
 
 from dashboard.alerts.access import ModelAccess
 
@@ -15,6 +15,17 @@ from dashboard.alerts.access import ModelAccess
 def require(request, perm: str) -> None:
     if not request.user.has_perm(perm):
         raise PermissionDenied(f"you need the permission {perm}")
+
+
+def confirm(request, question: str, removes: list[str], action: str, cancel_url: str):
+    """The page that asks before a removal: what goes, a button that POSTs back here, a way out."""
+    context = {"question": question, "removes": removes, "action": action, "cancel_url": resolve_url(cancel_url)}
+    return render(request, "alerts/confirm.html", context)
+
+
+def count(number: int, noun: str) -> str:
+    """Return "1 silence", "2 silences"."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 class ModelPages:
@@ -29,6 +40,10 @@ class ModelPages:
 
     def edit_context(self, obj) -> dict:
         return {}
+
+    def removes(self, obj) -> list[str]:
+        """What goes with the object when it is deleted, for the question asked first."""
+        return []
 
     def saved_url(self, obj) -> str:
         return self.list_url
@@ -71,6 +86,8 @@ class ModelPages:
         if request.method == "POST":
             require(request, self.access.perm("change"))
         obj = get_object_or_404(self.access.model, pk=pk)
+        # Before a POST's form writes its values, valid or not, into obj.
+        context = {self.object_name: obj, **self.edit_context(obj)}
         form = self.access.form(request.user, instance=obj)
         if request.method == "POST":
             form = self.access.form(request.user, request.POST, instance=obj)
@@ -79,11 +96,16 @@ class ModelPages:
                 self.access.audit(request, "update", obj)
                 messages.success(request, f"{self.noun} “{obj}” saved.")
                 return redirect(self.saved_url(obj))
-        return render(request, self.edit_template, {self.object_name: obj, "form": form, **self.edit_context(obj)})
+        return render(request, self.edit_template, {**context, "form": form})
 
     def delete(self, request, pk):
+        """Ask first (GET), saying what goes with the object; delete on the answer (POST)."""
         require(request, self.access.perm("delete"))
         obj = get_object_or_404(self.access.model, pk=pk)
+        if request.method != "POST":
+            noun = self.noun.lower()
+            return confirm(request, f"Delete {noun} “{obj}”?", [f"the {noun}", *self.removes(obj)],
+                           f"Delete {noun}", self.list_url)
         self.access.audit(request, "delete", obj)
         obj.delete()
         messages.success(request, f"{self.noun} “{obj}” deleted.")

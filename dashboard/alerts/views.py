@@ -2,43 +2,49 @@
 
 from django.conf import settings
 from django.contrib import messages
+from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from dashboard.accounts.audit import audit
-from dashboard.alerts import delivery
+from dashboard.alerts import delivery, words
 from dashboard.alerts.access import RULES, SILENCES, WEBHOOKS
 from dashboard.alerts.formats import Event
+from dashboard.alerts.groups import rule_groups
 from dashboard.alerts.models import (
     FIRING,
     PENDING,
     RESOLVED,
-    Alert,
     DeliveryAttempt,
     Silence,
     Transition,
     WebhookEndpoint,
 )
-from dashboard.alerts.notices import attach_notices, with_latest_notice
-from dashboard.alerts.pages import ModelPages, require
+from dashboard.alerts.pages import ModelPages, confirm, count, require
 
 HISTORY_ROWS = 100
 LOG_ROWS = 50
 
 
+def _number(text: str | None) -> int | None:
+    """Return a query parameter as a number; None when it is missing or not one (a hand-edited URL)."""
+    try:
+        return int(text or "")
+    except ValueError:
+        return None
+
+
 def alert_list(request):
+    """The alerts grouped by rule; ``?rule=<id>&page=<n>`` pages through one rule's group."""
     now = timezone.now()
-    active = Alert.objects.filter(status__in=(PENDING, FIRING)).select_related("rule").order_by("status_since")
-    active = list(with_latest_notice(active))
-    for alert in active:
-        alert.age = now - alert.status_since
-    attach_notices([a for a in active if a.status == FIRING])
+    groups = rule_groups(_number(request.GET.get("rule")), _number(request.GET.get("page")) or 1)
     resolved = Transition.objects.filter(new=RESOLVED).select_related("alert__rule")[:HISTORY_ROWS]
     context = {
-        "firing": [a for a in active if a.status == FIRING],
-        "pending": [a for a in active if a.status == PENDING],
+        "groups": groups,
+        "firing": sum(g.firing for g in groups),
+        "pending": sum(g.pending for g in groups),
         "resolved": resolved,
         "silences": Silence.objects.filter(until__gt=now).select_related("rule"),
         "silence_form": SILENCES.form(request.user) if request.user.has_perm(SILENCES.perm("add")) else None,
@@ -68,9 +74,15 @@ class SilencePages(ModelPages):
 silence_create = require_POST(SilencePages().create_from_alerts_page)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def silence_expire(request, pk):
+    """Ask first (GET), saying what it ends; expire on the answer (POST)."""
     require(request, SILENCES.perm("change"))
+    if request.method != "POST":
+        silence = get_object_or_404(Silence.objects.select_related("rule"), pk=pk, until__gt=timezone.now())
+        ends = f"the silence, set to last until {silence.until:%Y-%m-%d %H:%M} UTC: what it mutes notifies again"
+        question = f"Expire the silence of {silence.scope_text()}?"
+        return confirm(request, question, [ends], "Expire silence", "alerts:list")
     if Silence.objects.filter(pk=pk, until__gt=timezone.now()).update(until=timezone.now()):
         audit(request, "silence.expire", f"silence {pk}")
     messages.success(request, "Silence expired.")
@@ -88,8 +100,18 @@ class RulePages(ModelPages):
         # A rule may ask for drain on a server where it is off: say so, or it looks like it drains.
         return {"drain_enabled": settings.GPULSE_SLURM_DRAIN}
 
-    def edit_context(self, obj) -> dict:
-        return self.list_context()
+    def edit_context(self, rule) -> dict:
+        return {**self.list_context(), "summary": words.summary(rule)}
+
+    def removes(self, rule):
+        alerts = rule.alerts.aggregate(
+            total=Count("id"),
+            firing=Count("id", filter=Q(status=FIRING)),
+            pending=Count("id", filter=Q(status=PENDING)),
+        )
+        active = f"{alerts['firing']} firing, {alerts['pending']} pending"
+        return [f"{count(alerts['total'], 'alert')} ({active}) and their history",
+                f"{count(rule.silences.count(), 'silence')} of this rule"]
 
 
 def _attempt_log(queryset):
@@ -111,6 +133,9 @@ class WebhookPages(ModelPages):
     def edit_context(self, endpoint):
         return {"attempts": _attempt_log(endpoint.attempts.all())}
 
+    def removes(self, endpoint):
+        return [f"its delivery log ({count(endpoint.attempts.count(), 'attempt')})"]
+
     def saved_url(self, endpoint):
         return reverse("alerts:webhook", args=[endpoint.pk])
 
@@ -120,7 +145,7 @@ class WebhookPages(ModelPages):
 
 
 def _views(pages: ModelPages):
-    return pages.list, pages.edit, require_POST(pages.delete)
+    return pages.list, pages.edit, require_http_methods(["GET", "POST"])(pages.delete)
 
 
 rules, rule_edit, rule_delete = _views(RulePages())

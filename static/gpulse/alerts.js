@@ -1,12 +1,29 @@
-// The alerts page is rendered on the server; reload it every 15 s to stay
-// current, but never while someone is filling in a form on it.
+// The alerts page is rendered on the server. Every 15 s its live part (#alerts-live: the rule
+// groups, resolved alerts, silences) is fetched again and swapped in, keeping which groups are
+// open and the scroll position. The silence form is not part of it, so what is typed there stays.
 (function () {
-  const RELOAD_MS = 15000;
-  setInterval(function () {
-    const active = document.activeElement;
-    const editing = active && active.form;
-    const typed = Array.from(document.querySelectorAll("form input[type=text], form input[type=number], form textarea"))
-      .some(function (field) { return field.value !== field.defaultValue; });
-    if (!editing && !typed) window.location.reload();
-  }, RELOAD_MS);
+  const REFRESH_MS = 15000;
+
+  async function refresh() {
+    const response = await fetch(window.location.href, { credentials: "same-origin", cache: "no-store" });
+    // Logged out meanwhile: show the login page rather than a page that silently stopped.
+    if (response.redirected) {
+      window.location.reload();
+      return;
+    }
+    if (!response.ok) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html").getElementById("alerts-live");
+    const live = document.getElementById("alerts-live");
+    if (!fresh || !live) return;
+    const opened = new Map(Array.from(live.querySelectorAll("details[data-rule]"), (group) => [group.dataset.rule, group.open]));
+    fresh.querySelectorAll("details[data-rule]").forEach((group) => {
+      if (opened.has(group.dataset.rule)) group.open = opened.get(group.dataset.rule);
+    });
+    const x = window.scrollX, y = window.scrollY;
+    live.replaceWith(fresh);
+    window.scrollTo(x, y);
+  }
+
+  // A failed fetch (server restarting, network gone) leaves the page as it is; the next one tries again.
+  setInterval(() => refresh().catch(() => {}), REFRESH_MS);
 })();

@@ -2,7 +2,12 @@ from datetime import timedelta
 
 from django import template
 
+from dashboard.alerts import words
+
 register = template.Library()
+# Every alerts page says rules and configured durations the same way: {{ rule|condition }}, {{ seconds|span }}.
+register.filter("condition", words.condition)
+register.filter("span", words.span)
 
 
 @register.filter
