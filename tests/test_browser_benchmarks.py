@@ -17,10 +17,12 @@ pytestmark = pytest.mark.browser
 def test_an_operator_launches_a_two_node_job_and_watches_it_run(admin_page, running_system):
     page = admin_page
     page.goto(f"{running_system.base_url}/benchmarks/")
-    options = page.locator("#id_nodes option")
-    nodes = [options.nth(i).get_attribute("value") for i in range(options.count())][:2]
+    boxes = page.locator("#node-picker input[name=nodes]:enabled")
+    nodes = [boxes.nth(i).get_attribute("value") for i in range(boxes.count())][:2]
     assert len(nodes) == 2, "the launch form lists the live nodes"
-    page.select_option("#id_nodes", nodes)
+    for node in nodes:
+        page.check(f"#node-picker input[value='{node}']")
+    assert page.locator("#rank-order li").all_text_contents() == nodes
     page.fill("#id_ranks_per_node", "1")
     page.select_option("#id_backend", "gloo")
     page.fill("#id_min_bytes", "1K")
@@ -45,9 +47,10 @@ def test_an_operator_launches_a_two_node_job_and_watches_it_run(admin_page, runn
         assert node in page.locator(".facts").text_content()
     job_id = re.search(r"/benchmarks/(\d+)/$", page.url).group(1)
 
+    # One job is not a comparison: the page says how to choose a second.
     page.goto(f"{running_system.base_url}/benchmarks/compare/?id={job_id}")
-    page.wait_for_selector("#compare-chart .scatterlayer .trace")
-    assert page.locator("#compare-chart .scatterlayer .trace").count() == 1
+    assert "tick the box of each job" in page.locator("#compare-empty").inner_text()
+    assert page.locator("#compare-chart").count() == 0
 
     # The overview's job card shows the throughput, the new job's bandwidth included.
     page.goto(f"{running_system.base_url}/")
@@ -103,6 +106,10 @@ def test_the_job_page_reconnects_after_a_web_restart_and_shows_how_the_job_ended
     job_events.emit(client, keys, job, {"kind": "row", "row": dict(row, size=1024)})
     admin_page.goto(f"{running_system.base_url}/benchmarks/{job}/")
     admin_page.wait_for_selector("#rows tbody tr")  # it came over the websocket
+    assert admin_page.text_content("#job-progress-text") == "0 of 2"  # 1024 still has its in-place row to come
+    job_events.emit(client, keys, job, {"kind": "row", "row": dict(row, size=1024, inplace=True)})
+    admin_page.wait_for_function("() => document.querySelector('#job-progress').value === 1")
+    assert admin_page.text_content("#job-progress-text") == "1 of 2"
 
     name, web = next(entry for entry in stack.processes if entry[0] == "web")
     os.killpg(web.pid, signal.SIGTERM)
@@ -120,3 +127,53 @@ def test_the_job_page_reconnects_after_a_web_restart_and_shows_how_the_job_ended
     admin_page.wait_for_function("() => document.querySelector('#job-status').textContent.trim() === 'succeeded'",
                                  timeout=30_000)
     assert admin_page.locator("#conn-state").count() == 0  # the recorded job: nothing left to follow
+
+
+def test_the_node_picker_filters_and_a_busy_node_cannot_be_ticked(admin_page, running_system):
+    stack = running_system.stack
+    busy = int(stack.manage("shell", "-c", "from dashboard.benchmarks.models import BenchmarkJob as J; print(J.objects"
+                            ".create(nodes=['sim-03'], ranks_per_node=1, min_bytes=1024, max_bytes=2048,"
+                            " status='running').pk)").splitlines()[-1])
+    page = admin_page
+    try:
+        page.goto(f"{running_system.base_url}/benchmarks/")
+        choices = page.locator("#node-picker .node-choice")
+        assert choices.count() == 4
+        page.fill("#node-filter", "IM-03")
+        shown = page.locator("#node-picker .node-choice:visible").all_inner_texts()
+        assert [" ".join(text.split()) for text in shown] == [f"sim-03 running job {busy}"]
+        box = page.locator("#node-picker input[value='sim-03']")
+        assert box.is_disabled()
+        box.click(force=True)  # as a person would: a disabled box does not change
+        assert not box.is_checked()
+        page.evaluate("() => { window.notReloaded = true; }")
+        page.press("#node-filter", "Enter")  # filtering does not submit the form
+        page.fill("#node-filter", "")
+        assert choices.filter(visible=True).count() == 4
+        # Ticked out of page order, the ranks still follow the page: that is the order the form sends.
+        page.check("#node-picker input[value='sim-02']")
+        page.check("#node-picker input[value='sim-01']")
+        assert page.locator("#rank-order li").all_text_contents() == ["sim-01", "sim-02"]
+        assert page.evaluate("() => window.notReloaded") is True
+    finally:
+        stack.manage("shell", "-c", "from dashboard.benchmarks.models import BenchmarkJob as J; "
+                     f"J.objects.filter(pk={busy}).update(status='cancelled')")
+
+
+def test_compare_charts_and_tables_two_finished_jobs(admin_page, running_system):
+    result = ('{"backend": "gloo", "world_size": 2, "versions": {}, "rows": [{"size": 1024, "count": 256, '
+              '"type": "float", "redop": "sum", "time_us": 9.0, "algbw": %s, "busbw": %s, "wrong": 0, '
+              '"inplace": false}]}')
+    create = ("import json; from dashboard.benchmarks.models import BenchmarkJob as J; print(J.objects.create("
+              "nodes=['sim-01', 'sim-02'], ranks_per_node=1, min_bytes=1024, max_bytes=1024, status='succeeded', "
+              "result=json.loads({!r})).pk)")
+    stack = running_system.stack
+    first = int(stack.manage("shell", "-c", create.format(result % (1.0, 1.0))).splitlines()[-1])
+    second = int(stack.manage("shell", "-c", create.format(result % (1.5, 1.5))).splitlines()[-1])
+    page = admin_page
+    page.goto(f"{running_system.base_url}/benchmarks/compare/?id={first}&id={second}")
+    page.wait_for_selector("#compare-chart .scatterlayer .trace")
+    assert page.locator("#compare-chart .scatterlayer .trace").count() == 2
+    assert "gloo" in page.locator("#compare-chart .legendtext").first.text_content()
+    assert page.locator("#compare-rows tbody tr td").all_inner_texts() == [
+        "1024", "1.000", "1.000", "1.500", "1.500", "+0.500", "+50.0 %"]

@@ -125,7 +125,7 @@ def page_paths(admin_context, running_system) -> dict[str, str]:
     page.set_default_timeout(15_000)
     try:
         page.goto(f"{base}/benchmarks/")
-        page.select_option("#id_nodes", [page.locator("#id_nodes option").first.get_attribute("value")])
+        page.locator("#node-picker input[name=nodes]:enabled").first.check()
         page.fill("#id_ranks_per_node", "1")
         page.select_option("#id_backend", "gloo")
         page.fill("#id_min_bytes", "1K")
@@ -221,6 +221,9 @@ def test_the_status_and_severity_colours_are_readable(chromium, running_system, 
           const html = `
             <span class="status status-up">up</span><span class="status status-stale">stale</span>
             <span class="status status-down">down</span><span class="status status-unknown">queued</span>
+            <span class="status status-running">running</span><span class="status status-succeeded">succeeded</span>
+            <span class="status status-failed">failed</span><span class="status status-timed_out">timed_out</span>
+            <span class="status status-cancelled">cancelled</span>
             <span class="verdict verdict-healthy">healthy</span><span class="verdict verdict-degraded">degraded</span>
             <span class="verdict verdict-failing">failing</span><span class="verdict verdict-unknown">unknown</span>
             <p class="muted">muted</p><span class="na">not supported</span><a href="#">link</a>

@@ -164,13 +164,14 @@ def test_hostile_alert_and_job_values_run_nothing(watched_page, running_system):
         " gpu=0, status='firing', status_since=timezone.now(), fired_at=timezone.now(), value=99))\n"
         "rows = [dict(size=1024, count=256, type=hostile, redop=hostile, time_us=1.0, algbw=1.0, busbw=1.0,"
         " wrong=0, inplace=False)]\n"
-        "done = BenchmarkJob.objects.create(nodes=[hostile], ranks_per_node=1, min_bytes=1024, max_bytes=1024,"
-        " status='succeeded', reason=hostile, result={'rows': rows, 'versions': {'x': hostile}})\n"
+        "result = {'rows': rows, 'backend': hostile, 'versions': {hostile: {'torch': hostile}, 'x': hostile}}\n"
+        "done, other = (BenchmarkJob.objects.create(nodes=[hostile], ranks_per_node=1, min_bytes=1024,"
+        " max_bytes=1024, status='succeeded', reason=hostile, result=result) for _ in range(2))\n"
         "live = BenchmarkJob.objects.create(nodes=[hostile], ranks_per_node=1, min_bytes=1024, max_bytes=1024,"
         " status='running', reason=hostile)\n"
-        "print(json.dumps([done.pk, live.pk]))\n",
+        "print(json.dumps([done.pk, other.pk, live.pk]))\n",
     )
-    done, live = json.loads(created.strip().splitlines()[-1])
+    done, other, live = json.loads(created.strip().splitlines()[-1])
     job_events.emit(client, keys, live, {"kind": "row", "row": {
         "size": 2048, "count": IMG, "type": HOSTILE, "redop": SVG, "time_us": 1.0, "algbw": 1.0, "busbw": 1.0,
         "wrong": IMG, "inplace": False}})
@@ -181,8 +182,12 @@ def test_hostile_alert_and_job_values_run_nothing(watched_page, running_system):
         open_checked(watched_page, f"{running_system.base_url}/benchmarks/{live}/",
                      "document.querySelectorAll('#rows tbody tr').length === 1")
         assert_nothing_ran(watched_page)
-        open_checked(watched_page, f"{running_system.base_url}/benchmarks/compare/?id={done}",
+        open_checked(watched_page, f"{running_system.base_url}/benchmarks/{done}/", "document.body")
+        assert HOSTILE in watched_page.text_content("#versions")
+        assert_nothing_ran(watched_page)
+        open_checked(watched_page, f"{running_system.base_url}/benchmarks/compare/?id={done}&id={other}",
                      "document.querySelector('#compare-chart .scatterlayer .trace')")
+        assert HOSTILE in watched_page.text_content("#compare-jobs")
         name = watched_page.evaluate("document.getElementById('compare-chart').data[0].name")
         assert "evil.example" in name and "<" not in name, name  # escaped for Plotly's pseudo-HTML
         assert_nothing_ran(watched_page)
@@ -197,7 +202,7 @@ def test_hostile_alert_and_job_values_run_nothing(watched_page, running_system):
             "from dashboard.benchmarks.models import BenchmarkJob\n"
             "Alert.objects.filter(fingerprint='xss0000000000000').delete()\n"
             "Rule.objects.filter(name__startswith='xss ').delete()\n"
-            f"BenchmarkJob.objects.filter(pk__in=[{done}, {live}]).delete()\n",
+            f"BenchmarkJob.objects.filter(pk__in=[{done}, {other}, {live}]).delete()\n",
         )
 
 

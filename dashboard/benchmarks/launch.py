@@ -45,7 +45,8 @@ class SizeField(forms.CharField):
 
 
 class LaunchForm(forms.Form):
-    nodes = forms.MultipleChoiceField(help_text="nodes to run on; ranks are numbered in this order")
+    nodes = forms.MultipleChoiceField(help_text="ranks are numbered in the order the nodes are listed: node 0 holds"
+                                                " ranks 0 … ranks per node − 1 and hosts the rendezvous")
     ranks_per_node = forms.IntegerField(min_value=1, max_value=64, required=False, help_text="blank: one per GPU")
     backend = forms.ChoiceField(choices=[(b, b) for b in BACKENDS], initial="auto")
     dtype = forms.ChoiceField(choices=[(d, d) for d in DTYPES], initial="float32")
@@ -83,12 +84,59 @@ class LaunchForm(forms.Form):
             raise forms.ValidationError(str(exc)) from None
         return data
 
+    @staticmethod
+    def initial_from(job: BenchmarkJob) -> dict:
+        """Return the form's values that would launch ``job`` again."""
+        return {
+            "nodes": job.nodes, "ranks_per_node": job.ranks_per_node, "backend": job.backend, "dtype": job.dtype,
+            "min_bytes": format_size(job.min_bytes), "max_bytes": format_size(job.max_bytes),
+            "step_factor": job.step_factor, "warmup_iters": job.warmup_iters, "iters": job.iters,
+            "correctness_check": job.correctness_check, "timeout_seconds": job.timeout_seconds,
+        }
+
+
+@dataclass
+class NodeChoice:
+    """One node of the launch form's picker."""
+
+    name: str
+    gpus: int
+    reason: str  # why it cannot take a job now ("no worker", "running job 12"); empty when it can
+    checked: bool
+
+
+def busy_nodes() -> dict[str, int]:
+    """Return each node that a queued or running job holds, with that job's id."""
+    return {node: job.pk for job in BenchmarkJob.objects.active() for node in job.nodes}
+
+
+def node_picker(form: LaunchForm) -> list[NodeChoice]:
+    """Return the form's nodes, each with why it cannot take a job now, the ticked ones first in their order.
+
+    The browser submits ticked boxes in page order, which becomes the job's
+    rank order: listing a submitted (or run-again) choice first in its own
+    order keeps that order when the form is sent again. launch() checks the
+    same conditions again, so a disabled box forged back in is refused there.
+    """
+    names = [name for name, _label in form.fields["nodes"].choices]
+    busy = busy_nodes()
+    absent = set(workerless(redis_client(), Keys(), names))
+    wanted = [name for name in form["nodes"].value() or [] if name in names]
+
+    def choice(name: str) -> NodeChoice:
+        reason = f"running job {busy[name]}" if name in busy else "no worker" if name in absent else ""
+        return NodeChoice(name, len(form.cluster[name]["gpus"]), reason, name in wanted and not reason)
+
+    # A stable sort: the others keep the cluster's order, by name.
+    return sorted(map(choice, names), key=lambda c: wanted.index(c.name) if c.checked else len(wanted))
+
 
 @dataclass
 class Refusal:
     status: int
     message: str
     retry_after: int | None = None
+    field: str | None = None  # the form field it is about, None for the whole request
 
 
 def rate_limit() -> tuple[int, int]:
@@ -110,14 +158,15 @@ def launch(user, data: dict) -> BenchmarkJob | Refusal:
             oldest = recent.order_by("created").first().created
             wait = int((oldest + dt.timedelta(seconds=window) - now).total_seconds()) + 1
             return Refusal(429, f"at most {allowed} benchmarks per {window} s per user; try again in {wait} s", wait)
-        busy = sorted({n for job in BenchmarkJob.objects.active() for n in job.nodes} & set(data["nodes"]))
+        busy = sorted(busy_nodes().keys() & set(data["nodes"]))
         if busy:
-            return Refusal(409, f"{', '.join(busy)} already run a benchmark; wait for it to finish or cancel it")
+            return Refusal(409, f"{', '.join(busy)} already run a benchmark; wait for it to finish or cancel it",
+                           field="nodes")
         # Its task would wait in a queue nobody reads until the job's time limit.
         absent = workerless(redis_client(), Keys(), data["nodes"])
         if absent:
             return Refusal(409, f"no benchmark worker on {', '.join(absent)}: none has sent a heartbeat in the"
-                                f" last {HEARTBEAT_TTL_S} s (is its node worker running?)")
+                                f" last {HEARTBEAT_TTL_S} s (is its node worker running?)", field="nodes")
         job = BenchmarkJob.objects.create(created_by=user, **data)
     transaction.on_commit(lambda: start_job.delay(job.pk))
     return job

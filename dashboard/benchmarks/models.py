@@ -3,7 +3,7 @@ from django.db import models
 from django.db.models import Count, Q
 
 from workers.job_status import ACTIVE, JobStatus
-from workers.sweep_spec import SweepSpec
+from workers.sweep_spec import DTYPES, SweepSpec, sweep_sizes
 
 LAUNCH_PERMISSION = "benchmarks.launch_benchmark"
 CANCEL_ANY_PERMISSION = "benchmarks.cancel_any_benchmark"
@@ -64,6 +64,16 @@ class BenchmarkJob(models.Model):
         if self.started and self.finished:
             return (self.finished - self.started).total_seconds()
         return None
+
+    @property
+    def size_count(self) -> int:
+        """How many message sizes the sweep measures (each out-of-place, then in-place)."""
+        return len(sweep_sizes(self.min_bytes, self.max_bytes, self.step_factor, DTYPES[self.dtype].itemsize))
+
+    @property
+    def backend_ran(self) -> str | None:
+        """The backend the ranks used (`auto` resolved on the nodes), once the job has a result."""
+        return (self.result or {}).get("backend")
 
     def sweep_spec(self, node_rank: int = 0, master_addr: str = "127.0.0.1", master_port: int = 1) -> SweepSpec:
         """Return node node_rank's share of this job; raises SpecError if a value is invalid.

@@ -5,15 +5,21 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from dashboard.accounts.audit import audit
 from dashboard.benchmarks.api import LIST_ROWS, cancel_refused, job_json
-from dashboard.benchmarks.launch import LaunchForm, cancel, launch
+from dashboard.benchmarks.launch import LaunchForm, cancel, launch, node_picker
 from dashboard.benchmarks.models import LAUNCH_PERMISSION, BenchmarkJob
+from dashboard.benchmarks.tables import compare_rows, versions_table
 from dashboard.benchmarks.throughput import job_throughput
+from workers.job_status import ACTIVE
 
 
 @require_http_methods(["GET", "POST"])
 def job_list(request):
     can_launch = request.user.has_perm(LAUNCH_PERMISSION)
-    form = LaunchForm(request.POST or None) if can_launch else None
+    # "Run again" on a job's page: its values fill the form, which the person still submits.
+    again = request.GET.get("again", "")
+    rerun = BenchmarkJob.objects.filter(pk=again).first() if again.isdigit() else None
+    initial = LaunchForm.initial_from(rerun) if rerun else None
+    form = LaunchForm(request.POST or None, initial=initial) if can_launch else None
     status = 200
     if request.method == "POST":
         if form is None:  # None exactly when the user may not launch
@@ -23,12 +29,13 @@ def job_list(request):
             if isinstance(outcome, BenchmarkJob):
                 audit(request, "benchmark.launch", f"job {outcome.pk}", nodes=outcome.nodes)
                 return redirect("benchmarks:detail", pk=outcome.pk)
-            messages.error(request, outcome.message)
+            form.add_error(outcome.field, outcome.message)
             status = outcome.status
         else:
             status = 400
     context = {
         "form": form,
+        "picker": node_picker(form) if form else None,
         "jobs": BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS],
         "throughput": job_throughput(),
     }
@@ -38,7 +45,12 @@ def job_list(request):
 @require_GET
 def job_detail(request, pk):
     job = get_object_or_404(BenchmarkJob, pk=pk)
-    context = {"job": job, "job_json": job_json(job), "may_cancel": job.may_be_cancelled_by(request.user)}
+    versions, version_rows = versions_table(job)
+    context = {
+        "job": job, "job_json": job_json(job), "active": job.status in ACTIVE,
+        "may_cancel": job.may_be_cancelled_by(request.user), "may_launch": request.user.has_perm(LAUNCH_PERMISSION),
+        "versions": versions, "version_rows": version_rows,
+    }
     return render(request, "benchmarks/detail.html", context)
 
 
@@ -56,6 +68,10 @@ def job_cancel(request, pk):
 
 @require_GET
 def job_compare(request):
-    ids = [int(i) for i in request.GET.getlist("id") if i.isdigit()]
-    jobs = [job_json(j) for j in BenchmarkJob.objects.filter(pk__in=ids, result__isnull=False)]
-    return render(request, "benchmarks/compare.html", {"jobs": jobs})
+    ids = sorted({int(i) for i in request.GET.getlist("id") if i.isdigit()})
+    # Oldest first: the first is the baseline the others' differences are taken from.
+    jobs = list(BenchmarkJob.objects.filter(pk__in=ids, result__isnull=False).order_by("pk"))
+    context = {"jobs": jobs, "without_result": sorted(set(ids) - {job.pk for job in jobs})}
+    if len(jobs) >= 2:
+        context.update(rows=compare_rows(jobs), jobs_json=[job_json(job) for job in jobs])
+    return render(request, "benchmarks/compare.html", context)

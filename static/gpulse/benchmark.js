@@ -1,5 +1,5 @@
 // Benchmark detail (live rows over /ws/benchmarks/<id>/, busbw/algbw vs size)
-// and the compare view (busbw vs size of several jobs, overlaid).
+// and the compare view (busbw vs size of several jobs, overlaid, named by the backend that ran).
 "use strict";
 
 const chartLayout = (title) => ({
@@ -58,13 +58,21 @@ function renderChart(rows) {
   Plotly.react("bandwidth-chart", traces, chartLayout("Bandwidth vs message size"), {displaylogo: false, responsive: true});
 }
 
+// A size is done once its in-place row, measured after the out-of-place one, has come.
+function showProgress(rows) {
+  const progress = document.getElementById("job-progress");
+  if (!progress) return;
+  progress.value = rows.filter((r) => r.inplace).length;
+  document.getElementById("job-progress-text").textContent = `${progress.value} of ${progress.max}`;
+}
+
 // Follow a queued or running job over /ws/benchmarks/<id>/. Each connection
 // replays the job's rows from the first and ends with its final event, so after
 // a reconnect (a web restart) the page catches up by itself; it also asks the
 // API, for a job whose events are gone, whether the job ended meanwhile.
 function followJob(job) {
   const rows = (job.result && job.result.rows) || [];
-  const draw = () => { renderTable(rows); renderChart(rows); };
+  const draw = () => { renderTable(rows); renderChart(rows); showProgress(rows); };
   draw();
   if (job.status !== "queued" && job.status !== "running") return;
   let connections = 0;
@@ -74,7 +82,9 @@ function followJob(job) {
       if (event.kind === "row" && !rows.some((r) => r.size === event.row.size && r.inplace === event.row.inplace)) {
         rows.push(event.row);
         draw();
-        document.getElementById("job-status").textContent = "running";
+        const status = document.getElementById("job-status");
+        status.textContent = "running";
+        status.className = "status status-running";  // the colour follows the word
       } else if (event.kind === "final") {
         socket.close();
         // The recorded job holds the average, duration and versions: reload it.
@@ -100,7 +110,7 @@ function compareJobs(jobs) {
     const rows = job.result.rows.filter((r) => !r.inplace).sort((a, b) => a.size - b.size);
     // Plotly renders pseudo-HTML in trace names; node names are the nodes' to choose.
     return {x: rows.map((r) => r.size), y: rows.map((r) => r.busbw), mode: "lines+markers",
-            name: GpulseFormat.plotlyText(`#${job.id} ${job.nodes.join(",")} ×${job.ranks_per_node} ${job.backend}`)};
+            name: GpulseFormat.plotlyText(`#${job.id} ${job.nodes.join(",")} ×${job.ranks_per_node} ${job.result.backend}`)};
   });
   Plotly.react("compare-chart", traces, chartLayout("busbw (out-of-place) vs message size"), {displaylogo: false, responsive: true});
 }
