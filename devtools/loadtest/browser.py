@@ -58,7 +58,8 @@ async def measure_overview(base_url: str, session: str, seconds: float) -> dict:
             await context.add_cookies([{"name": "sessionid", "value": session, "url": base_url}])
             page = await context.new_page()
             await page.goto(f"{base_url}/")
-            await page.wait_for_function("window.gpulse && window.gpulse.frames >= 3", timeout=60_000)
+            # A function, not an expression: Playwright evaluates an expression with eval, which the CSP refuses.
+            await page.wait_for_function("() => window.gpulse && window.gpulse.frames >= 3", timeout=60_000)
             first = await page.evaluate(RESET_TIMINGS)
             await asyncio.sleep(seconds)
             timings = await page.evaluate(READ_TIMINGS)

@@ -3,7 +3,8 @@
  * The handler only writes numbers into typed arrays laid out per snapshot
  * (row = node in name order, column = GPU index), so an 8,000-GPU cluster costs
  * one array walk per frame. The heatmap, KPIs, table and health page read these
- * arrays (rows.health: each node's verdict, verdict.js).
+ * arrays (rows.health: each node's verdict, verdict.js; rows.problems: how many
+ * of its GPUs have a fault, all of them while it is down).
  */
 (function () {
   "use strict";
@@ -11,6 +12,7 @@
   const F = window.GpulseFormat;
   const Frames = window.GpulseFrames;
   const FLAG = Frames.FLAG;
+  const FAULT = Frames.FAULT;
   // A seq this far below the last one means ingest restarted and counts from 1 again.
   const SEQ_RESTART_GAP = 10;
 
@@ -122,7 +124,7 @@
       rows.health = new Array(n).fill(window.GpulseVerdict.read(null));
       rows.ts = new Float64Array(n);
       rows.skew = new Float64Array(n).fill(NaN); // seconds the node's clock is off, NaN while within bounds
-      ["gpus", "reporting", "lost", "utilSum", "utilN", "maxTemp", "power", "powerLimit", "memUsed", "memTotal"].forEach(
+      ["gpus", "reporting", "lost", "problems", "utilSum", "utilN", "maxTemp", "power", "powerLimit", "memUsed", "memTotal"].forEach(
         function (key) { rows[key] = new Float64Array(n); }
       );
       hooks.laidOut();
@@ -136,7 +138,7 @@
       const gpus = entry.gpus;
       const meta = entry.meta || [];
       const notDown = entry.status !== "down";
-      let reporting = 0, lost = 0, utilSum = 0, utilN = 0, maxTemp = NaN;
+      let reporting = 0, lost = 0, faults = 0, utilSum = 0, utilN = 0, maxTemp = NaN;
       let power = 0, powerLimit = 0, memUsed = 0, memTotal = 0;
       for (let g = 0; g < cols; g++) {
         const i = r * cols + g;
@@ -158,6 +160,7 @@
         const t = (cells.temp[i] = F.numberOrNaN(row[f.temp]));
         const p = (cells.power[i] = F.numberOrNaN(row[f.power]));
         cells.flags[i] = flags;
+        if (flags & FAULT) faults += 1;
         if (flags & FLAG.LOST) {
           lost += 1;
           continue;
@@ -184,6 +187,9 @@
       const skew = F.numberOrNaN(entry.skew);
       if (skew !== rows.skew[r] && (skew === skew || rows.skew[r] === rows.skew[r])) model.tableChanged = true;
       rows.skew[r] = skew;
+      const problems = notDown ? faults : Math.max(1, gpus.length);
+      if (problems !== rows.problems[r]) model.tableChanged = true; // the "problems first" order moves at once
+      rows.problems[r] = problems;
       rows.status[r] = String(entry.status);
       rows.ts[r] = F.numberOrNaN(entry.ts);
       rows.gpus[r] = gpus.length;

@@ -16,6 +16,9 @@
     ALLOCATED: 32, // a process or a Kubernetes pod holds it (gpulse/usage.py)
     IDLE: 64, // allocated, utilization below GPULSE_BUSY_UTIL
   };
+  // A GPU with one of these is a fault the overview outlines and sorts first (with a down node's GPUs);
+  // throttling is common and harmless, allocation is no fault.
+  const FAULT = FLAG.LOST | FLAG.XID | FLAG.ECC | FLAG.ALERT;
 
   /* {field name: its position in a row}. */
   function indexFields(fields) {
@@ -24,5 +27,5 @@
     return index;
   }
 
-  window.GpulseFrames = { FIELDS: FIELDS, FLAG: FLAG, indexFields: indexFields };
+  window.GpulseFrames = { FIELDS: FIELDS, FLAG: FLAG, FAULT: FAULT, indexFields: indexFields };
 })();

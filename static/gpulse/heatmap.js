@@ -1,14 +1,17 @@
 /* The overview's heatmap of every GPU: one Plotly heatmap trace whose z is
- * restyled in place each frame, dots on flagged GPUs in dense layouts, and
- * our own tooltip, which follows the pointer and refreshes with every frame.
+ * restyled in place each frame, an outline on every fault (a lost GPU, an Xid,
+ * uncorrected ECC errors, a firing alert, a down node's GPUs), and our own
+ * tooltip, which follows the pointer and refreshes with every frame.
  * A node whose bandwidth probe is low, or whose health verdict is degraded or
- * failing, is flagged on its row label.
+ * failing, is flagged on its row label. Rows are in name order, or with
+ * view.order "problems" the nodes with the most faults first.
  */
 (function () {
   "use strict";
 
   const F = window.GpulseFormat;
   const FLAG = window.GpulseFrames.FLAG;
+  const FAULT = window.GpulseFrames.FAULT;
   const V = window.GpulseVerdict;
   // Health mode: z is the verdict's level (0 healthy, 1 degraded, 2 failing); each
   // cell also says it in words, and the row label marks the node.
@@ -19,8 +22,11 @@
   const USAGE_NAMES = ["not allocated", "busy (allocated)", "idle (allocated)"];
   const USAGE_TEXT = ["", "", "IDLE"];
 
-  // Rows shorter than this get no numbers in the cells and dots instead of tags.
+  // Rows shorter than this get no numbers in the cells, only the fault outlines.
   const COMPACT_ROW_PX = 18;
+  // However many nodes, a row stays this tall: a 3-px line hides one hot GPU or a dead node.
+  const MIN_ROW_PX = 6;
+  const FAULT_COLOUR = "#d1242f";
   const MAX_ROW_LABELS = 16;
   const NODATA_COLOUR = "#c3c9d1";
   const PLOT_CONFIG = { displaylogo: false, displayModeBar: false, responsive: true, scrollZoom: false };
@@ -38,7 +44,7 @@
 
   function rowPixels(n) {
     if (n <= 24) return 34;
-    return Math.max(1, Math.min(22, 880 / n));
+    return Math.max(MIN_ROW_PX, Math.min(22, 880 / n));
   }
 
   function tagText(flags) {
@@ -57,6 +63,10 @@
     const cells = model.cells;
     const rows = model.rows;
     const dirty = { layout: true, cells: false, labels: true, dots: true };
+    // Rows on screen: z and cellText are in display order; order[p] is the model row shown at p, at[r] where row r is.
+    let order = [];
+    let at = new Int32Array(0);
+    let orderVersion = 0; // counts reorders, so the row labels are sent again
     let z = [];
     let cellText = []; // rows of strings, empty in compact layouts
     let spec = metricSpec();
@@ -134,15 +144,40 @@
         z[r] = new Array(model.cols).fill(null);
         if (!isCompact()) cellText[r] = new Array(model.cols).fill("");
       }
+      order = model.names.map(function (_, r) { return r; });
+      at = Int32Array.from(order);
       dirty.layout = true;
+    }
+
+    /* With view.order "problems", put the nodes with the most faults first (then by name, as
+     * the model's rows are); move only row references, and only when the order changed. */
+    function reorder() {
+      const next = model.names.map(function (_, r) { return r; });
+      if (view.order === "problems") {
+        const problems = rows.problems;
+        next.sort(function (a, b) { return problems[b] - problems[a] || a - b; });
+      }
+      let same = true;
+      for (let p = 0; p < next.length && same; p++) same = next[p] === order[p];
+      if (same) return;
+      const byRow = [], textByRow = [];
+      order.forEach(function (r, p) { byRow[r] = z[p]; textByRow[r] = cellText[p]; });
+      next.forEach(function (r, p) {
+        z[p] = byRow[r];
+        if (cellText.length) cellText[p] = textByRow[r];
+        at[r] = p;
+      });
+      order = next;
+      orderVersion += 1;
+      dirty.cells = dirty.labels = dirty.dots = true;
     }
 
     /* Recompute one heatmap row: its colour values, and in roomy layouts its cell text. */
     function rowChanged(r) {
       const cols = model.cols;
-      const line = z[r];
+      const line = z[at[r]];
       const value = spec.value;
-      const text = cellText[r];
+      const text = cellText[at[r]];
       const down = rows.status[r] === "down";
       for (let g = 0; g < cols; g++) {
         const i = r * cols + g;
@@ -194,26 +229,34 @@
       };
     }
 
-    /* Dots on flagged GPUs where rows are too small for text. */
-    function dotTrace() {
-      const x = [], y = [], colour = [];
-      if (isCompact()) {
-        const cols = model.cols;
-        for (let r = 0; r < model.names.length; r++) {
-          if (rows.status[r] === "down") continue;
-          for (let g = 0; g < cols; g++) {
-            const flags = cells.flags[r * cols + g];
-            if (!flags || flags === FLAG.THROTTLED) continue; // throttling alone is common and harmless
-            x.push(g);
-            y.push(r);
-            colour.push(flags & (FLAG.ALERT | FLAG.LOST) ? "#d1242f" : "#f59e0b");
-          }
+    /* Where the faults are: every GPU of a down node, and each GPU with a FAULT flag. */
+    function faultCells() {
+      const x = [], y = [];
+      const cols = model.cols;
+      for (let p = 0; p < order.length; p++) {
+        const r = order[p];
+        if (!rows.problems[r]) continue;
+        const down = rows.status[r] === "down";
+        for (let g = 0; g < cols; g++) {
+          const i = r * cols + g;
+          if (!cells.present[i] || !(down || cells.flags[i] & FAULT)) continue;
+          x.push(g);
+          y.push(p);
         }
       }
-      return {
-        type: "scatter", mode: "markers", x: x, y: y, hoverinfo: "skip",
-        marker: { symbol: "circle", size: 5, color: colour, line: { width: 1, color: "#ffffff" } },
-      };
+      return { x: x, y: y };
+    }
+
+    /* An outline on each fault, in two traces: a white halo under a red square, so it
+     * shows on every colour of every scale, and sized to stand out of the smallest rows. */
+    function outlineTraces(faults) {
+      const size = Math.min(30, Math.max(10, rowPixels(model.names.length) + 4));
+      return [["#ffffff", 4], [FAULT_COLOUR, 2]].map(function (style) {
+        return {
+          type: "scatter", mode: "markers", x: faults.x, y: faults.y, hoverinfo: "skip",
+          marker: { symbol: "square-open", size: size, color: style[0], line: { width: style[1], color: style[0] } },
+        };
+      });
     }
 
     function rowLabels() {
@@ -222,8 +265,9 @@
       // labels (the tooltip names every node) rather than one per dozen pixels.
       const every = Math.max(1, Math.ceil(12 / rowPixels(n)), Math.ceil(n / MAX_ROW_LABELS));
       const vals = [], text = [];
-      for (let r = 0; r < n; r += every) {
-        vals.push(r);
+      for (let p = 0; p < n; p += every) {
+        vals.push(p);
+        const r = order[p];
         const status = rows.status[r];
         const probe = rows.probe[r];
         const verdict = rows.health[r].verdict;
@@ -249,10 +293,10 @@
           shapes.push({ type: "line", xref: "x", yref: "y", x0: -0.5, x1: cols - 0.5, y0: r - 0.5, y1: r - 0.5, line: line, layer: "above" });
         }
       }
-      for (let r = 0; r < n; r++) {
-        if (rows.status[r] !== "stale") continue;
+      for (let p = 0; p < n; p++) {
+        if (rows.status[order[p]] !== "stale") continue;
         shapes.push({
-          type: "rect", xref: "x", yref: "y", x0: -0.5, x1: cols - 0.5, y0: r - 0.5, y1: r + 0.5,
+          type: "rect", xref: "x", yref: "y", x0: -0.5, x1: cols - 0.5, y0: p - 0.5, y1: p + 0.5,
           fillcolor: "rgba(255,255,255,0.55)", line: { width: 0 }, layer: "above",
         });
       }
@@ -295,9 +339,10 @@
       spec = metricSpec(); // the power scale in W follows the largest limit, known from meta
       showScale();
       const labels = rowLabels();
-      labelSignature = labels.text.join("|");
-      dotSignature = "";
-      Plotly.react(els.heatmap, [heatTrace(), dotTrace()], heatLayout(labels), PLOT_CONFIG);
+      labelSignature = orderVersion + "|" + labels.text.join("|");
+      const faults = faultCells();
+      dotSignature = faults.x.join(",") + "|" + faults.y.join(",");
+      Plotly.react(els.heatmap, [heatTrace()].concat(outlineTraces(faults)), heatLayout(labels), PLOT_CONFIG);
       if (!drawn) {
         drawn = true;
         els.heatmap.on("plotly_click", function (event) {
@@ -313,7 +358,7 @@
       const traceUpdate = { z: [z.slice()] };
       if (dirty.labels) {
         const labels = rowLabels();
-        const signature = labels.text.join("|");
+        const signature = orderVersion + "|" + labels.text.join("|");
         if (signature !== labelSignature) {
           labelSignature = signature;
           layoutUpdate["yaxis.ticktext"] = labels.text;
@@ -323,18 +368,19 @@
       }
       if (!isCompact()) traceUpdate.text = [cellText.slice()];
       Plotly.update(els.heatmap, traceUpdate, layoutUpdate, [0]);
-      if (dirty.dots && isCompact()) {
-        const dots = dotTrace();
-        const signature = dots.x.join(",") + "|" + dots.y.join(",") + "|" + dots.marker.color.join(",");
+      if (dirty.dots) {
+        const faults = faultCells();
+        const signature = faults.x.join(",") + "|" + faults.y.join(",");
         if (signature !== dotSignature) {
           dotSignature = signature;
-          Plotly.restyle(els.heatmap, { x: [dots.x], y: [dots.y], "marker.color": [dots.marker.color] }, [1]);
+          Plotly.restyle(els.heatmap, { x: [faults.x, faults.x], y: [faults.y, faults.y] }, [1, 2]);
         }
       }
     }
 
     /* Draw what changed since the last render; true if the layout was drawn anew. */
     function render() {
+      reorder();
       const relaid = dirty.layout;
       if (dirty.layout) draw();
       else if (dirty.cells) update();
@@ -348,10 +394,11 @@
     function cellAt(mouse) {
       const full = els.heatmap._fullLayout;
       const box = els.heatmap.getBoundingClientRect();
-      const r = Math.round(full.yaxis.p2l(mouse.clientY - box.top - full._size.t));
+      const p = Math.round(full.yaxis.p2l(mouse.clientY - box.top - full._size.t));
       const g = Math.round(full.xaxis.p2l(mouse.clientX - box.left - full._size.l));
-      if (r < 0 || r >= model.names.length || g < 0 || g >= model.cols) return null;
-      return { r: r, g: g, i: r * model.cols + g };
+      if (p < 0 || p >= model.names.length || g < 0 || g >= model.cols) return null;
+      const r = order[p];
+      return { p: p, r: r, g: g, i: r * model.cols + g };
     }
 
     function showTooltip(mouse) {
@@ -404,7 +451,7 @@
         line(span("span", "status-down", "LOST"), ": fell off the bus, no readings");
         return parts;
       }
-      const v = z[cell.r][cell.g];
+      const v = z[cell.p][cell.g];
       const valueText = v === null ? "not reported" : spec.valueText ? spec.valueText(v, i) : F.fixed(v, 0) + " " + spec.unit;
       line(spec.label + ": ", span("b", "", valueText));
       line("util " + F.fixed(cells.util[i], 0) + " % · " + F.fixed(cells.temp[i], 0) + " °C");

@@ -5,7 +5,12 @@
  * ?recent=1) and grow from /ws/nodes/<name>/, which sends the full sample
  * whenever the node's sample or status changes. A down node's last values are
  * never shown as if current: its tables say when data stopped instead.
- * History and probes come from GET /api/v1/nodes/<name>, reloaded every minute.
+ * History and probes come from GET /api/v1/nodes/<name>, reloaded every minute,
+ * for the range in the page's URL (?since=6h, or ?since=&until= in unix seconds),
+ * so a reload or a shared link shows the same view.
+ * Dashed lines on the charts are the thresholds of the enabled alert rules that
+ * apply to the node, and the GPUs with a firing alert are marked, both as the
+ * alerts app's Alerts section (node-alert-rules) gave them when the page loaded.
  */
 (function () {
   "use strict";
@@ -24,14 +29,16 @@
   const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
   const FONT = { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 11, color: "#1f2933" };
   const PLOT_CONFIG = { displaylogo: false, displayModeBar: false, responsive: true };
+  const EMPTY_TEXT = "No history in this range yet";
+  const THRESHOLD_COLOUR = "#d1242f";
 
   // One chart per metric; `row` reads a recent point's row (frames.py FIELDS:
   // util, mem_used MiB, temp, power W, sm_clock, flags), `sample` a v1 GPU.
   const LIVE = [
-    { id: "live-util", title: "Utilization", unit: "%", digits: 0 },
-    { id: "live-mem", title: "Memory used", unit: "GiB", digits: 1 },
-    { id: "live-temp", title: "Temperature", unit: "°C", digits: 0 },
-    { id: "live-power", title: "Power", unit: "W", digits: 0 },
+    { id: "live-util", key: "util", title: "Utilization", unit: "%", digits: 0 },
+    { id: "live-mem", key: "mem_used", title: "Memory used", unit: "GiB", digits: 1 },
+    { id: "live-temp", key: "temp", title: "Temperature", unit: "°C", digits: 0 },
+    { id: "live-power", key: "power", title: "Power", unit: "W", digits: 0 },
   ];
   const HISTORY = [
     { id: "hist-util", key: "util", title: "Utilization", unit: "%", scale: 1, digits: 1 },
@@ -43,7 +50,12 @@
 
   const initial = JSON.parse(document.getElementById("node-data").textContent);
   const name = initial.node;
-  const since = new URLSearchParams(location.search).get("since") || "1h";
+  const query = new URLSearchParams(location.search);
+  const since = query.get("since") || "1h";
+  const until = query.get("until"); // null: up to now
+  // {thresholds: [{chart, value, gpu, label}], firing_gpus: [index]} (dashboard/alerts/templatetags/node_alerts.py)
+  const rules = JSON.parse(document.getElementById("node-alert-rules").textContent);
+  const firingGpus = new Set(rules.firing_gpus);
 
   const live = {
     status: initial.status,
@@ -59,6 +71,11 @@
   let chartsQueued = false;
   let lastChartsAt = 0;
   let lastProbe = null; // the newest probe record, its age shown in #probe-last
+  let lastHistory = null; // the latest history answer, drawn again when the zoom changes
+  // The time range the person zoomed each section's charts to (Plotly dates), null when not zoomed:
+  // the charts are redrawn every second or minute, which would otherwise undo the zoom.
+  const zoom = { live: null, history: null };
+  const zoomWatched = new Set();
 
   const els = {
     status: document.getElementById("node-status"),
@@ -74,6 +91,10 @@
     historyNote: document.getElementById("history-note"),
     probeLast: document.getElementById("probe-last"),
     probeChart: document.getElementById("probe-chart"),
+    rangeForm: document.getElementById("range-custom"),
+    rangeSince: document.getElementById("range-since"),
+    rangeUntil: document.getElementById("range-until"),
+    resetZoom: { live: document.getElementById("live-reset-zoom"), history: document.getElementById("history-reset-zoom") },
   };
 
   const num = L.numberOrNull;
@@ -171,8 +192,7 @@
           hovertemplate: "%{fullData.name}: %{y:." + chart.digits + "f} " + chart.unit + "<extra></extra>",
         };
       });
-      const layout = chartLayout(chart.title, chart.unit, [when(start), when(end)], limits[k]);
-      Plotly.react(chart.id, traces, layout, PLOT_CONFIG);
+      draw(chart, traces, chartLayout(chart, zoom.live || [when(start), when(end)], limits[k]), "live");
     });
   }
 
@@ -193,22 +213,68 @@
     ];
   }
 
-  function chartLayout(title, unit, xrange, yrange) {
+  /* The layout of a time chart; a drag zooms its time axis only (yaxis fixedrange). */
+  function chartLayout(chart, xrange, yrange) {
     return {
       height: 250,
       margin: { l: 46, r: 10, t: 30, b: 58 },
       font: FONT,
-      title: { text: title + " (" + unit + ")", x: 0.01, xanchor: "left", y: 0.97, font: { size: 13 } },
+      title: { text: chart.title + " (" + chart.unit + ")", x: 0.01, xanchor: "left", y: 0.97, font: { size: 13 } },
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "#ffffff",
       xaxis: { type: "date", range: xrange, gridcolor: "#e8ecf0", linecolor: "#c9d1d9" },
       yaxis: yrange
-        ? { range: yrange, autorange: false, gridcolor: "#e8ecf0", zeroline: false }
-        : { autorange: true, rangemode: "tozero", gridcolor: "#e8ecf0", zeroline: false },
+        ? { range: yrange, autorange: false, fixedrange: true, gridcolor: "#e8ecf0", zeroline: false }
+        : { autorange: true, rangemode: "tozero", fixedrange: true, gridcolor: "#e8ecf0", zeroline: false },
+      shapes: thresholdShapes(chart.key),
       hovermode: "x unified",
       showlegend: true,
       legend: { orientation: "h", x: 0, y: -0.22, font: { size: 10 } },
     };
+  }
+
+  /* A dashed line across the chart at each applicable rule's threshold, labelled with the rule. */
+  function thresholdShapes(key) {
+    return rules.thresholds.filter(function (rule) { return rule.chart === key; }).map(function (rule) {
+      // Rule names are people's to choose: escaped for Plotly's pseudo-HTML.
+      const label = rule.label + (rule.gpu === null ? "" : ", GPU " + rule.gpu);
+      return {
+        type: "line", xref: "paper", x0: 0, x1: 1, yref: "y", y0: rule.value, y1: rule.value,
+        line: { color: THRESHOLD_COLOUR, width: 1, dash: "dash" },
+        label: { text: L.plotlyText(label), textposition: "end", yanchor: "bottom", font: { size: 10, color: THRESHOLD_COLOUR } },
+      };
+    });
+  }
+
+  /* Draw a chart, or where no trace has a value, say so in place of empty axes. */
+  function draw(chart, traces, layout, section) {
+    const empty = !traces.some(function (trace) { return trace.y.some(function (v) { return v !== null; }); });
+    if (empty) {
+      traces = [];
+      layout.xaxis.visible = layout.yaxis.visible = false;
+      layout.shapes = [];
+      layout.annotations = [{ text: EMPTY_TEXT, xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false, font: { size: 13, color: "#57606a" } }];
+    }
+    Plotly.react(chart.id, traces, layout, PLOT_CONFIG);
+    watchZoom(document.getElementById(chart.id), section);
+  }
+
+  /* Follow the person's zoom on a chart: every chart of its section shows that time range. */
+  function watchZoom(gd, section) {
+    if (zoomWatched.has(gd)) return;
+    zoomWatched.add(gd);
+    gd.on("plotly_relayout", function (event) {
+      if ("xaxis.range[0]" in event) setZoom(section, [event["xaxis.range[0]"], event["xaxis.range[1]"]]);
+      else if (Array.isArray(event["xaxis.range"])) setZoom(section, event["xaxis.range"].slice());
+      else if (event["xaxis.autorange"]) setZoom(section, null); // a double-click resets, as the button does
+    });
+  }
+
+  function setZoom(section, range) {
+    zoom[section] = range;
+    els.resetZoom[section].hidden = !range;
+    if (section === "live") queueCharts();
+    else if (lastHistory) renderHistory(lastHistory);
   }
 
   /* ---- status and tables ---------------------------------------------------------- */
@@ -314,12 +380,14 @@
   }
 
   function gpuRow(gpu) {
-    const head = '<td class="num">' + L.escapeHtml(gpu.index) + "</td><td>" + L.escapeHtml(gpu.name || "") + "</td>";
+    const alerting = firingGpus.has(gpu.index);
+    const mark = alerting ? ' <b class="tag tag-alert" title="An alert is firing on this GPU: see Alerts above">ALERT</b>' : "";
+    const head = '<td class="num">' + L.escapeHtml(gpu.index) + mark + "</td><td>" + L.escapeHtml(gpu.name || "") + "</td>";
     if (gpu.lost) {
       return '<tr class="lost">' + head + '<td colspan="11"><b class="status status-down">LOST</b> the GPU fell off the bus: no readings</td></tr>';
     }
     const ecc = num(gpu.ecc_uncorrected);
-    return "<tr>" + head +
+    return (alerting ? '<tr class="alerting">' : "<tr>") + head +
       '<td class="num">' + value(gpu.util, 0) + "</td>" +
       '<td class="num">' + pair(gpu.mem_used, gpu.mem_total, gib) + "</td>" +
       '<td class="num">' + value(gpu.temp, 0) + "</td>" +
@@ -368,7 +436,8 @@
 
   /* Fetch the history range and the probes; withRecent also backfills the live charts. */
   function loadHistory(withRecent) {
-    const url = "/api/v1/nodes/" + encodeURIComponent(name) + "?since=" + encodeURIComponent(since) + (withRecent ? "&recent=1" : "");
+    const url = "/api/v1/nodes/" + encodeURIComponent(name) + "?since=" + encodeURIComponent(since) +
+      (until ? "&until=" + encodeURIComponent(until) : "") + (withRecent ? "&recent=1" : "");
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) {
         return response.json().then(function (body) {
@@ -379,7 +448,9 @@
       .then(function (body) {
         if (body.recent) backfill(body.recent);
         els.historyNote.hidden = true;
+        lastHistory = body.history;
         renderHistory(body.history);
+        showRange(body.history);
         renderProbes(body.probes || []);
       })
       .catch(function (error) {
@@ -400,7 +471,7 @@
       els.historyNote.textContent =
         "No minute rollups in this range yet: ingest writes one per GPU and minute, about two minutes after the minute ends.";
     }
-    const xrange = [when(history.since), when(history.until)];
+    const xrange = zoom.history || [when(history.since), when(history.until)];
     HISTORY.forEach(function (chart) {
       const traces = [];
       gpus.forEach(function (series) {
@@ -432,10 +503,37 @@
             " (%{customdata[0]:." + chart.digits + "f}–%{customdata[1]:." + chart.digits + "f})<extra></extra>",
         });
       });
-      const layout = chartLayout(chart.title, chart.unit, xrange, chart.key === "util" ? [0, 105] : null);
-      Plotly.react(chart.id, traces, layout, PLOT_CONFIG);
+      draw(chart, traces, chartLayout(chart, xrange, chart.key === "util" ? [0, 105] : null), "history");
     });
   }
+
+  /* ---- the custom range (?since=&until= in unix seconds) --------------------------------- */
+
+  /* A unix time as a datetime-local input's value, in the browser's zone. */
+  function localInput(ts) {
+    return when(ts).slice(0, 16).replace(" ", "T");
+  }
+
+  /* Fill the from/to inputs with the range shown, once: later reloads must not undo an edit. */
+  function showRange(history) {
+    if (els.rangeSince.value || els.rangeUntil.value) return;
+    els.rangeSince.value = localInput(history.since);
+    els.rangeUntil.value = localInput(history.until);
+  }
+
+  els.rangeForm.addEventListener("submit", function (event) {
+    event.preventDefault();
+    // datetime-local values carry no zone: Date reads them in the browser's, as they were shown.
+    const from = new Date(els.rangeSince.value).getTime() / 1000;
+    const to = new Date(els.rangeUntil.value).getTime() / 1000;
+    if (!(from < to)) {
+      els.rangeUntil.setCustomValidity("Pick a time after the start");
+      els.rangeUntil.reportValidity();
+      return;
+    }
+    location.search = "?" + new URLSearchParams({ since: String(from), until: String(to) }).toString();
+  });
+  els.rangeUntil.addEventListener("input", function () { els.rangeUntil.setCustomValidity(""); });
 
   /* ---- bandwidth probes (collectors/probe.py records, oldest first) ---------------------- */
 
@@ -475,7 +573,7 @@
       },
     ];
     els.probeChart.hidden = false;
-    const layout = chartLayout("Bus bandwidth", "GB/s", null, null);
+    const layout = chartLayout({ title: "Bus bandwidth", unit: "GB/s" }, null, null);
     layout.xaxis.autorange = true;
     layout.hovermode = "closest";
     layout.showlegend = failed.x.length > 0;
@@ -511,6 +609,9 @@
     if (performance.now() - lastChartsAt > 2000) queueCharts();
   }
 
+  ["live", "history"].forEach(function (section) {
+    els.resetZoom[section].addEventListener("click", function () { setZoom(section, null); });
+  });
   els.zone.textContent = "times in " + L.zoneName();
   els.zone.title = "This browser's time zone; the banner's tooltip gives the time in UTC";
   if (live.sample && live.ts) addSample(live.ts, live.sample);

@@ -2,6 +2,8 @@
  * into the cluster model (cluster.js), and draws the heatmap (heatmap.js), the
  * KPIs (kpis.js) and the node table (table.js) at most once per animation frame.
  * window.gpulse holds the handling and rendering times (the load test reads them).
+ * The view's choices (colour, power scale, node order, filter) are kept in the
+ * URL's query as they change, so a reload or a shared link shows the same view.
  */
 (function () {
   "use strict";
@@ -36,19 +38,31 @@
     tbody: document.querySelector("#node-table tbody"),
     filter: document.getElementById("node-filter"),
     nodeCount: document.getElementById("node-count"),
+    order: document.getElementById("node-order"),
     scaleBar: document.getElementById("scale-bar"),
     scaleMin: document.getElementById("scale-min"),
     scaleMax: document.getElementById("scale-max"),
   };
 
+  // The URL's choice first, then this browser's last one (localStorage), for a plain "/".
+  const query = new URLSearchParams(location.search);
   const view = {
-    metric: localStorage.getItem("gpulse.heatmap.metric") || "util",
-    powerScale: localStorage.getItem("gpulse.heatmap.power") || "pct",
+    metric: query.get("colour") || localStorage.getItem("gpulse.heatmap.metric") || "util",
+    powerScale: query.get("power") || localStorage.getItem("gpulse.heatmap.power") || "pct",
+    order: query.get("order") === "problems" ? "problems" : "name",
     sortKey: "name",
     sortDir: 1,
     filter: "",
   };
-  if (!els.metric.querySelector('option[value="' + view.metric + '"]')) view.metric = "util";
+  // Compared, never put in a selector: the URL is anyone's to write.
+  if (!hasOption(els.metric, view.metric)) view.metric = "util";
+  if (!hasOption(els.powerScale, view.powerScale)) view.powerScale = "pct";
+  els.filter.value = query.get("filter") || "";
+  view.filter = els.filter.value.trim().toLowerCase();
+
+  function hasOption(select, value) {
+    return Array.from(select.options).some(function (option) { return option.value === value; });
+  }
 
   let socket = null;
   let lastResync = 0;
@@ -141,10 +155,38 @@
 
   function recolour() {
     heatmap.recolour();
+    saveView();
+    queueRender();
+  }
+
+  /* Write the view's choices that differ from the defaults into the URL, in place. */
+  function saveView() {
+    const choices = new URLSearchParams();
+    if (view.metric !== "util") choices.set("colour", view.metric);
+    if (view.metric === "power" && view.powerScale !== "pct") choices.set("power", view.powerScale);
+    if (view.order !== "name") choices.set("order", view.order);
+    const filter = els.filter.value.trim();
+    if (filter) choices.set("filter", filter);
+    const search = choices.toString();
+    history.replaceState(null, "", search ? "?" + search : location.pathname);
+  }
+
+  /* Heatmap rows and table in name order, or the nodes with the most faults first. */
+  function orderNodes() {
+    if (view.order === "problems") table.sortBy("problems", -1);
+    else table.sortBy("name", 1);
     queueRender();
   }
 
   els.metric.value = view.metric;
+  els.order.value = view.order;
+  if (view.order !== "name") orderNodes();
+  els.order.addEventListener("change", function () {
+    view.order = els.order.value;
+    orderNodes();
+    saveView();
+  });
+  els.filter.addEventListener("input", saveView);
   els.powerScale.value = view.powerScale;
   els.powerScaleLabel.hidden = view.metric !== "power";
   els.metric.addEventListener("change", function () {

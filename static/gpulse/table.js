@@ -43,6 +43,7 @@
           power: rows.reporting[r] ? rows.power[r] : NaN,
           mem: rows.reporting[r] ? rows.memUsed[r] : NaN,
           probe: rows.probe[r] ? F.numberOrNaN(rows.probe[r].busbw) : NaN,
+          problems: rows.problems[r],
         });
       }
       const key = view.sortKey, dir = view.sortDir;
@@ -210,7 +211,15 @@
     });
     markSortedHeader();
 
-    return { render: render, maxRows: TABLE_MAX_ROWS };
+    /* Sort by ``key`` (a column's, or "problems": the nodes with the most faults first). */
+    function sortBy(key, dir) {
+      view.sortKey = key;
+      view.sortDir = dir;
+      markSortedHeader();
+      render();
+    }
+
+    return { render: render, sortBy: sortBy, maxRows: TABLE_MAX_ROWS };
   }
 
   window.GpulseNodeTable = { create: create };

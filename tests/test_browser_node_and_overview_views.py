@@ -1,0 +1,165 @@
+"""Issue 18's "missing where a person expects it", in a browser on the running system:
+the node page's alerts, threshold lines, empty charts, custom range and zoom reset;
+the overview's view kept in the URL and its faults first and outlined."""
+
+import re
+import time
+from datetime import datetime, timedelta
+
+import pytest
+
+from devtools.loadtest.browser import VIEWPORT
+from gpulse.keys import Keys
+from tests.browser import log_in
+
+pytestmark = pytest.mark.browser
+
+RULE = "node page <b>hot</b>"  # markup in a name people choose: shown as text, never rendered
+SHAPES = """id => {
+  const gd = document.getElementById(id);
+  if (!gd.layout) return null;
+  return (gd.layout.shapes || []).map(s => ({y: s.y0, dash: s.line.dash, label: s.label && s.label.text}));
+}"""
+EMPTY_STATE = """id => {
+  const gd = document.getElementById(id);
+  return gd.layout ? (gd.layout.annotations || []).map(a => a.text) : null;
+}"""
+RED = "#d1242f"
+X_RANGE = "id => document.getElementById(id).layout.xaxis.range"
+OUTLINES = """() => {
+  const gd = document.getElementById("heatmap");
+  return gd.data.slice(1).map(t => ({x: t.x, y: t.y, symbol: t.marker.symbol, colour: t.marker.color}));
+}"""
+
+
+def manage_shell(system, code: str) -> None:
+    system.stack.manage("shell", "-c", "from dashboard.alerts.models import Rule\n" + code)
+
+
+def test_the_node_page_lists_its_firing_alert_marks_the_gpu_and_draws_the_threshold(admin_page, running_system):
+    # Every GPU runs hotter than 1 °C: the rule fires on sim-03's GPU 2 at ingest's next tick.
+    manage_shell(running_system, f"Rule.objects.create(name={RULE!r}, metric='gpu.temp', comparison='>', "
+                                 "threshold=1, node_glob='sim-03', gpu_index=2)")
+    page = admin_page
+    try:
+        row = page.locator("#node-alert-table tr.status-firing")
+        deadline = time.monotonic() + 30
+        while True:
+            page.goto(f"{running_system.base_url}/nodes/sim-03/")
+            if row.count() or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        cells = [cell.strip() for cell in row.locator("td").all_text_contents()]
+        assert cells[:4] == [RULE, "firing", "2", "gpu.temp > 1"], cells
+        assert page.get_attribute("#node-alerts a", "href") == "/alerts/"
+
+        page.wait_for_selector("#gpu-table tbody tr:nth-child(8)")
+        marked = page.locator("#gpu-table tbody tr.alerting")
+        assert marked.count() == 1
+        assert marked.locator("td").first.text_content() == "2 ALERT"
+
+        for chart in ("live-temp", "hist-temp"):
+            page.wait_for_function(f"() => ({SHAPES})('{chart}') !== null")
+            shapes = page.evaluate(SHAPES, chart)  # the default rules' lines are there too
+            assert {"y": 1, "dash": "dash", "label": "node page &lt;b&gt;hot&lt;/b&gt; (&gt; 1), GPU 2"} in shapes
+        # A temperature rule: only on the temperature charts.
+        assert not any("node page" in shape["label"] for shape in page.evaluate(SHAPES, "live-util"))
+    finally:
+        manage_shell(running_system, f"Rule.objects.filter(name={RULE!r}).delete()")
+    page.reload()
+    assert page.text_content("#node-alerts-none") == "No alerts firing or pending on this node."
+    page.wait_for_selector("#gpu-table tbody tr:nth-child(8)")
+    assert page.locator("#gpu-table tbody tr.alerting").count() == 0
+
+
+def test_a_custom_range_comes_back_from_the_url_empty_and_zoom_resets(admin_page, running_system):
+    page = admin_page
+    page.goto(f"{running_system.base_url}/nodes/sim-01/")
+    page.wait_for_function("() => document.getElementById('range-since').value !== ''")
+    # A range three days back, before this system ran: no history in it.
+    start = datetime.fromtimestamp(time.time() - 3 * 86400)  # the browser's zone is this process's
+    since, until = (t.strftime("%Y-%m-%dT%H:%M") for t in (start, start + timedelta(hours=1)))
+    page.fill("#range-since", since)
+    page.fill("#range-until", until)
+    with page.expect_navigation():
+        page.click("#range-custom button[type=submit]")
+    assert re.search(r"\?since=\d+&until=\d+$", page.url), page.url
+    assert page.locator(".range-picker a.active").count() == 0
+
+    for _ in range(2):  # as opened, then reloaded
+        page.wait_for_function(f"() => ({EMPTY_STATE})('hist-util') !== null && ({EMPTY_STATE})('hist-util').length")
+        for chart in ("hist-util", "hist-mem", "hist-temp", "hist-power"):
+            assert page.evaluate(EMPTY_STATE, chart) == ["No history in this range yet"]
+        assert page.input_value("#range-since") == since and page.input_value("#range-until") == until
+        page.reload()
+
+    # The live charts have data: drag across one to zoom; every live chart follows, and the button resets them.
+    page.wait_for_function("() => (document.getElementById('live-util').data || []).length > 0")
+    assert page.is_hidden("#live-reset-zoom")
+    box = page.locator("#live-util .nsewdrag").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.7, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.up()
+    page.wait_for_selector("#live-reset-zoom:not([hidden])")
+    zoomed = page.evaluate(X_RANGE, "live-util")
+    page.wait_for_timeout(1500)  # the charts are redrawn every second: the zoom stays
+    assert page.evaluate(X_RANGE, "live-util") == zoomed
+    assert page.evaluate(X_RANGE, "live-temp") == zoomed
+    page.click("#live-reset-zoom")
+    assert page.is_hidden("#live-reset-zoom")
+    page.wait_for_function(f"() => ({X_RANGE})('live-util')[0] !== {zoomed[0]!r}")
+    start, end = (datetime.fromisoformat(t) for t in page.evaluate(X_RANGE, "live-util"))
+    assert 899 <= (end - start).total_seconds() <= 901  # the 15-minute window again
+
+
+def test_the_overview_keeps_its_colour_in_the_url(admin_page, chromium, running_system):
+    page = admin_page
+    page.goto(running_system.base_url + "/")
+    page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0")
+    page.select_option("#heat-metric", "temp")
+    page.fill("#node-filter", "sim-0")
+    page.wait_for_url(running_system.base_url + "/?colour=temp&filter=sim-0")
+    page.evaluate("localStorage.clear()")
+
+    # Shared with someone else: a browser that never chose a colour.
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
+        other = context.new_page()
+        other.set_default_timeout(15_000)
+        log_in(other, running_system.base_url, running_system.username, running_system.password)
+        other.goto(running_system.base_url + "/?colour=temp&filter=sim-0")
+        other.wait_for_function("() => document.getElementById('heatmap').data")
+        assert other.input_value("#heat-metric") == "temp"
+        assert other.input_value("#node-filter") == "sim-0"
+        assert other.text_content("#scale-max") == "95 °C"
+    finally:
+        context.close()
+    page.select_option("#heat-metric", "util")
+    page.fill("#node-filter", "")
+    page.wait_for_url(running_system.base_url + "/")
+
+
+def test_problems_first_puts_a_lost_gpus_node_on_top_with_its_cell_outlined(admin_page, running_system):
+    faults, key = running_system.redis(), Keys().simulator_faults
+    page = admin_page
+    page.goto(running_system.base_url + "/?order=problems")
+    page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0 && document.getElementById('heatmap').data")
+    assert page.input_value("#node-order") == "problems"
+    try:
+        faults.hset(key, "sim-03/5", "lost")
+        page.wait_for_function("() => document.getElementById('heatmap').layout.yaxis.ticktext[0].startsWith('sim-03')")
+        page.wait_for_function("() => document.querySelector('#node-table tbody tr').dataset.node === 'sim-03'")
+        outlines = page.evaluate(OUTLINES)
+        # A red square on a white halo.
+        assert [(o["symbol"], o["colour"]) for o in outlines] == [("square-open", "#ffffff"), ("square-open", RED)]
+        assert all(list(zip(o["x"], o["y"], strict=True)) == [(5, 0)] for o in outlines), outlines
+        assert page.evaluate("document.getElementById('heatmap').data[0].text[0][5]") == "LOST"
+
+        page.select_option("#node-order", "name")
+        page.wait_for_url(running_system.base_url + "/")
+        page.wait_for_function("() => document.getElementById('heatmap').layout.yaxis.ticktext[0] === 'sim-01'")
+        assert all(list(zip(o["x"], o["y"], strict=True)) == [(5, 2)] for o in page.evaluate(OUTLINES))
+    finally:
+        faults.delete(key)
+    page.wait_for_function("() => document.getElementById('heatmap').data[1].x.length === 0", timeout=15_000)
