@@ -50,7 +50,7 @@ def test_the_node_page_lists_its_firing_alert_marks_the_gpu_and_draws_the_thresh
                 break
             time.sleep(1)
         cells = [cell.strip() for cell in row.locator("td").all_text_contents()]
-        assert cells[:4] == [RULE, "firing", "2", "gpu.temp > 1"], cells
+        assert cells[:4] == [RULE, "firing", "2", "GPU temperature above 1 °C"], cells
         assert page.get_attribute("#node-alerts a", "href") == "/alerts/"
 
         page.wait_for_selector("#gpu-table tbody tr:nth-child(8)")
