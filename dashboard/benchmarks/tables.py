@@ -2,6 +2,8 @@
 
 from dashboard.benchmarks.models import BenchmarkJob
 
+VERSION_ORDER = ("torch", "nccl", "cuda", "driver", "python", "hostname")
+
 
 def versions_table(job: BenchmarkJob) -> tuple[list[str], list[tuple[str, list]]]:
     """Return the software names (torch, nccl, driver, …) and one row of versions per node.
@@ -12,8 +14,10 @@ def versions_table(job: BenchmarkJob) -> tuple[list[str], list[tuple[str, list]]
     # Each node's report is the node's to write: one that is not an object is shown as it came.
     versions = {node: found if isinstance(found, dict) else {"reported": found}
                 for node, found in ((job.result or {}).get("versions") or {}).items()}
-    names = list(dict.fromkeys(name for found in versions.values() for name in found))
-    return names, [(node, [found.get(name) for name in names]) for node, found in versions.items()]
+    # PostgreSQL's jsonb keeps no key order: the usual stack first, then the rest by name, nodes by name.
+    reported = {name for found in versions.values() for name in found}
+    names = [name for name in VERSION_ORDER if name in reported] + sorted(reported - set(VERSION_ORDER))
+    return names, [(node, [versions[node].get(name) for name in names]) for node in sorted(versions)]
 
 
 def compare_rows(jobs: list[BenchmarkJob]) -> list[dict]:
