@@ -105,7 +105,7 @@ class Ingest:
         self.clock = clock
         self.evaluator = evaluator
         # Called each tick with the count of allocated-but-idle GPUs per model (their cost is its to price).
-        self.summary = summary or dict
+        self.summary = summary or (lambda idle_by_model: {})
         # Stable across restarts, so what a killed ingest left pending is its own to re-read.
         self.consumer = consumer or socket.gethostname()
         self.state = ClusterState(max_skew=max_clock_skew)

@@ -1,5 +1,7 @@
 """The database side of rollups: merge partial minutes by upsert, keep the stream checkpoint.
 
+``merge`` is the upsert itself, for any table whose parts add up (usage_store's too).
+
 A partial minute is merged into its row with one INSERT ... ON CONFLICT DO
 UPDATE that adds samples, sums and counts and keeps the lower minimum and the
 higher maximum, so the same minute may arrive in any number of parts. Django's
