@@ -2,8 +2,9 @@
 
 static/gpulse/overview.js records, per frame, the milliseconds spent in its
 websocket handler (JSON.parse and applying the frame: "handle") and in the
-animation-frame render that follows (heatmap, KPIs, table: "render") under
-``window.gpulse``; this reads them after a while of live frames.
+animation-frame render that follows (heatmap and KPIs: "render"; the table is
+drawn in the frame after) under ``window.gpulse``; this reads them after a
+while of live frames.
 """
 
 import asyncio

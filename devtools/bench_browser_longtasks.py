@@ -1,0 +1,270 @@
+"""Long tasks in headless Chromium on gpulse's pages at 2,000 GPUs (issue 18).
+
+    .venv/bin/python -m devtools.bench_browser_longtasks [--nodes 250] [--gpus-per-node 8] [--seconds 20] [--json]
+
+It starts the real pipeline with a simulated fleet sampled at 1 Hz (the load
+test's LoadSystem: Redis, web, ingest, collectors), logs Chromium in, and runs
+each scenario for --seconds on a page of its own while a PerformanceObserver
+records the page's long tasks: main-thread tasks over 50 ms, when the page
+cannot answer a click or a key. The target is none at all.
+
+The observer is an init script: the browser runs it in every document before
+the page's own scripts, and the page's Content-Security-Policy does not apply
+to it (an inline <script> would be refused). The pages' policy stays enforced:
+any violation it reports is listed in the result.
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import orjson
+
+from collectors.arguments import positive_float, positive_int
+from devtools.loadtest.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
+from devtools.loadtest.system import LoadSystem
+
+if TYPE_CHECKING:  # Playwright is imported where the browser starts
+    from playwright.sync_api import BrowserContext, Page
+
+TARGET_MS = 50.0
+
+# Tasks keep their start, so a window reads only its own (entries arrive a little after their task).
+OBSERVE = """(() => {
+  const tasks = (window.gpulseLongTasks = []);
+  const refused = (window.gpulseCspViolations = []);
+  document.addEventListener("securitypolicyviolation", (e) => refused.push(e.violatedDirective + " " + e.blockedURI));
+  if (!PerformanceObserver.supportedEntryTypes.includes("longtask")) return;
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) tasks.push({ start: entry.startTime, ms: entry.duration });
+  }).observe({ type: "longtask", buffered: true });
+})();"""
+NOW = "() => performance.now()"
+TASKS = """([since, until]) => window.gpulseLongTasks
+  .filter((t) => t.start >= since && t.start < (until ?? Infinity)).map((t) => t.ms)"""
+REFUSED = "() => window.gpulseCspViolations.slice()"
+# The overview has drawn every node and taken a few deltas since: its steady state.
+OVERVIEW_READY = """(nodes) => window.gpulse && window.gpulse.frames >= 3 &&
+  document.getElementById("node-count").textContent.startsWith(nodes + " nodes")"""
+
+
+class Bench:
+    """One logged-in browser context on the running system; each scenario opens pages in it."""
+
+    def __init__(self, context: "BrowserContext", url: str, nodes: int, seconds: float):
+        self.context = context
+        self.url = url
+        self.nodes = nodes
+        self.seconds = seconds
+        self.node_name = ""  # a node of the fleet, read from the overview's table
+        self.refused: list[str] = []
+
+    def open(self, path: str) -> "Page":
+        page = self.context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(self.url + path)
+        if page.evaluate("() => window.gpulseLongTasks === undefined"):
+            raise RuntimeError(f"the long-task observer did not run on {path}")
+        return page
+
+    def open_overview(self) -> "Page":
+        page = self.open("/")
+        # A function, not an expression: Playwright evaluates an expression with eval, which the CSP refuses.
+        page.wait_for_function(OVERVIEW_READY, arg=self.nodes)
+        return page
+
+    def tasks(self, page: "Page", since: float, until: float | None = None) -> list[float]:
+        """The durations of the page's long tasks that started in [since, until) (ms of its clock)."""
+        # A task that ended just now is reported by the observer a moment later.
+        page.wait_for_timeout(200)
+        return page.evaluate(TASKS, [since, until])
+
+    def close(self, page: "Page") -> None:
+        self.refused += page.evaluate(REFUSED)
+        page.close()
+
+    def overview_idle(self) -> dict[str, list[float]]:
+        """The overview loading (to its third frame with every node), then left alone."""
+        page = self.open_overview()
+        ready = page.evaluate(NOW)
+        self.node_name = page.eval_on_selector("#node-table tbody tr", "tr => tr.dataset.node")
+        page.wait_for_timeout(self.seconds * 1000)
+        found = {"overview_load": self.tasks(page, 0, ready), "overview_idle": self.tasks(page, ready)}
+        self.close(page)
+        return found
+
+    def overview_sorted_tooltip(self) -> dict[str, list[float]]:
+        """Table sorted by utilization (it changes every frame), a heatmap tooltip open."""
+        page = self.open_overview()
+        since = page.evaluate(NOW)
+        page.click('#node-table th[data-key="util"]')
+        heatmap = page.locator("#heatmap")
+        heatmap.scroll_into_view_if_needed()
+        box = heatmap.bounding_box()
+        assert box is not None, "the heatmap is on the page"
+        # A GPU in the upper rows, right of the row labels.
+        x, y = box["x"] + 0.6 * box["width"], box["y"] + min(120, 0.6 * box["height"])
+        page.mouse.move(x, y)
+        page.wait_for_selector("#heat-tooltip:not([hidden])")
+        # A hand on the mouse is never quite still: each small move runs Plotly's hover and the tooltip.
+        end = time.monotonic() + self.seconds
+        step = 0
+        while time.monotonic() < end:
+            step += 1
+            page.mouse.move(x + step % 2, y)
+            page.wait_for_timeout(1000)
+        found = {"overview_sorted_tooltip": self.tasks(page, since)}
+        self.close(page)
+        return found
+
+    def overview_colour_modes(self) -> dict[str, list[float]]:
+        """Each colour mode of the heatmap once, ending on utilization, the default."""
+        page = self.open_overview()
+        since = page.evaluate(NOW)
+        modes = page.eval_on_selector_all("#heat-metric option", "options => options.map(o => o.value)")
+        for mode in modes[1:] + modes[:1]:
+            page.select_option("#heat-metric", mode)
+            page.wait_for_timeout(self.seconds * 1000 / len(modes))
+        found = {"overview_colour_modes": self.tasks(page, since)}
+        self.close(page)
+        return found
+
+    def overview_problems_filter(self) -> dict[str, list[float]]:
+        """Rows with the most faults first, then a node's name typed into the filter, a key at a time."""
+        page = self.open_overview()
+        since = page.evaluate(NOW)
+        start = time.monotonic()
+        page.select_option("#node-order", "problems")
+        page.wait_for_timeout(1000)
+        page.locator("#node-filter").press_sequentially(self.node_name, delay=150)
+        page.wait_for_timeout(max(0.0, self.seconds - (time.monotonic() - start)) * 1000)
+        found = {"overview_problems_filter": self.tasks(page, since)}
+        self.close(page)
+        return found
+
+    def page_loading(self, name: str, path: str) -> dict[str, list[float]]:
+        """A page from its navigation on, loading included, for --seconds of live frames."""
+        page = self.open(path)
+        page.wait_for_timeout(self.seconds * 1000)
+        found = {name: self.tasks(page, 0)}
+        self.close(page)
+        return found
+
+    def node_page(self) -> dict[str, list[float]]:
+        """The node page of the node overview_idle read (live charts of its 8 GPUs)."""
+        return self.page_loading("node_page", "/nodes/" + urllib.parse.quote(self.node_name, safe="") + "/")
+
+    def usage_page(self) -> dict[str, list[float]]:
+        return self.page_loading("usage_page", "/usage/")
+
+    def health_page(self) -> dict[str, list[float]]:
+        return self.page_loading("health_page", "/health/")
+
+    def scenarios(self) -> list[Callable[[], dict[str, list[float]]]]:
+        # overview_idle first: it reads the node that node_page opens.
+        return [self.overview_idle, self.overview_sorted_tooltip, self.overview_colour_modes,
+                self.overview_problems_filter, self.node_page, self.usage_page, self.health_page]
+
+
+def summarise(durations: list[float]) -> dict:
+    worst = max(durations, default=None)
+    return {
+        "long_tasks": len(durations),
+        "max_ms": None if worst is None else round(worst),
+        "p95_ms": round(float(np.percentile(durations, 95))) if durations else None,
+        "met": worst is None or worst <= TARGET_MS,
+        "tasks_ms": sorted((round(ms) for ms in durations), reverse=True),
+    }
+
+
+def run(nodes: int, gpus_per_node: int, seconds: float, say: Callable[[str], None]) -> dict:
+    # Imported here: the module's help and import must not need Playwright.
+    from playwright.sync_api import sync_playwright
+
+    system = LoadSystem(nodes, gpus_per_node, interval=1.0)
+    keep_logs = False
+    load_before = os.getloadavg()
+    found: dict[str, list[float]] = {}
+    try:
+        say(f"starting Redis, web, ingest and {system.collectors} collector(s) for {nodes} x {gpus_per_node} GPUs")
+        system.start()
+        session = system.login()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                context = browser.new_context(viewport=VIEWPORT)
+                context.add_cookies([{"name": "sessionid", "value": session, "url": system.url}])
+                context.add_init_script(OBSERVE)
+                bench = Bench(context, system.url, nodes, seconds)
+                for scenario in bench.scenarios():
+                    found.update(scenario())
+                    say(f"{scenario.__name__} done")
+                    system.check_running()
+                refused = bench.refused
+            finally:
+                browser.close()
+    except Exception as exc:
+        keep_logs = True
+        raise RuntimeError(f"{exc}\n(the processes' logs are kept in {system.state_dir})") from exc
+    finally:
+        system.stop(keep_logs=keep_logs)
+    return {
+        "nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": nodes * gpus_per_node, "seconds": seconds,
+        "target_ms": TARGET_MS,
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
+        "scenarios": {name: summarise(durations) for name, durations in found.items()},
+        "csp_violations": refused,
+    }
+
+
+def table(result: dict) -> str:
+    lines = [
+        f"{result['gpus']} GPUs ({result['nodes']} x {result['gpus_per_node']}), {result['seconds']:g} s a scenario, "
+        f"load average before {result['load_average']['before'][0]}, after {result['load_average']['after'][0]}",
+        f"{'scenario':<26} {'long tasks':>10} {'max ms':>7} {'p95 ms':>7}  none > {result['target_ms']:g} ms",
+    ]
+    for name, s in result["scenarios"].items():
+        worst = "—" if s["max_ms"] is None else s["max_ms"]
+        p95 = "—" if s["p95_ms"] is None else s["p95_ms"]
+        lines.append(f"{name:<26} {s['long_tasks']:>10} {worst:>7} {p95:>7}  {'yes' if s['met'] else 'NO'}")
+    if result["csp_violations"]:
+        lines.append("CSP violations: " + "; ".join(result["csp_violations"]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devtools.bench_browser_longtasks",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=positive_int, default=250)
+    parser.add_argument("--gpus-per-node", type=positive_int, default=8)
+    parser.add_argument("--seconds", type=positive_float, default=20.0, help="how long each scenario runs")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    parser.add_argument("-v", "--verbosity", type=int, choices=(0, 1), default=1, help="0: no progress on stderr")
+    args = parser.parse_args(argv)
+    # SIGTERM ends the run like Ctrl-C: through the finally blocks that stop every process.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+    def say(line: str) -> None:
+        if args.verbosity:
+            print(line, file=sys.stderr, flush=True)
+
+    try:
+        result = run(args.nodes, args.gpus_per_node, args.seconds, say)
+    except RuntimeError as exc:
+        print(f"bench_browser_longtasks: failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench_browser_longtasks: interrupted; every process it started was stopped", file=sys.stderr)
+        return 1
+    print(orjson.dumps(result).decode() if args.json else table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
