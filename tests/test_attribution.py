@@ -14,6 +14,7 @@ from collectors.attribution import describe_process, parse_cgroup
 from collectors.nvml import NvmlSource
 from gpulse import schema
 from tests import fake_nvml
+from tests.test_collector_nvml import fake_library  # noqa: F401 (fixture: the stand-in loaded, or a skip)
 
 RECORDED = Path(__file__).resolve().parent / "data" / "procfs"
 MISSING_PID = 999_999_999  # above any pid_max, so never a live process
@@ -150,18 +151,8 @@ def test_a_live_process_is_described_from_the_real_proc():
     assert process["cmd"] == " ".join(psutil.Process().cmdline())[:schema.MAX_TEXT]
 
 
-@pytest.fixture(scope="module")
-def fake_library():
-    library = fake_nvml.preload()
-    import pynvml
-
-    if pynvml.nvmlLib is not None and not hasattr(pynvml.nvmlLib, "fakeNvmlConfigure"):
-        pytest.skip("this process already loaded a real NVML library")
-    return library
-
-
 def test_the_nvml_source_attributes_every_process_and_the_sample_passes_the_contract(
-        fake_library, monkeypatch, unknown_ldap_uids):
+        fake_library, monkeypatch, unknown_ldap_uids):  # noqa: F811
     # One recorded process per GPU, then one that is gone; GPU 0's is both compute and graphics.
     pids = [*RECORDED_PROCESSES, MISSING_PID]
     procs = [f"{gpu}:{pid}:{(gpu + 1) * 2**30}:c" for gpu, pid in enumerate(pids)] + [f"0:{pids[0]}:{2**30}:g"]
