@@ -127,8 +127,17 @@
     },
   };
 
+  /* A new element with a class and text (textContent: a node's strings are never parsed as HTML). */
+  function element(tag, className, text) {
+    const el = document.createElement(tag);
+    if (className) el.className = className;
+    if (text !== undefined) el.textContent = text;
+    return el;
+  }
+
   window.GpulseFormat = {
     isNum: isNum,
+    element: element,
     numberOrNaN: numberOrNaN,
     numberOrNull: numberOrNull,
     fixed: fixed,

@@ -34,12 +34,6 @@
     resync: function () { if (socket) socket.reconnect(); },
   });
 
-  function element(tag, className, text) {
-    const el = document.createElement(tag);
-    if (className) el.className = className;
-    if (text !== undefined) el.textContent = text;
-    return el;
-  }
 
   /* The nodes to list and the count of each verdict. */
   function collect() {
@@ -66,7 +60,7 @@
   }
 
   function sinceCell(since) {
-    const td = element("td", "num since", sinceText(since));
+    const td = F.element("td", "num since", sinceText(since));
     if (F.isNum(since)) td.title = F.utcTime(since);
     return td;
   }
@@ -80,20 +74,20 @@
 
   function row(item) {
     const health = item.health;
-    const tr = element("tr", "health-" + health.verdict);
+    const tr = F.element("tr", "health-" + health.verdict);
     tr.dataset.node = item.name;
-    const link = element("a", "", item.name);
+    const link = F.element("a", "", item.name);
     link.href = F.nodeUrl(item.name);
-    const nameCell = element("td");
+    const nameCell = F.element("td");
     nameCell.append(link);
-    const verdictCell = element("td");
+    const verdictCell = F.element("td");
     verdictCell.append(V.badge(health));
     tr.append(
       nameCell,
       verdictCell,
-      element("td", "health-reason", health.reason || "—"),
-      element("td", "health-action", health.action || "—"),
-      element("td", "num", String(health.findings)),
+      F.element("td", "health-reason", health.reason || "—"),
+      F.element("td", "health-action", health.action || "—"),
+      F.element("td", "num", String(health.findings)),
       sinceCell(health.since)
     );
     return tr;

@@ -36,12 +36,6 @@
   let fingerprint = null;
   let recheck = null;
 
-  function element(tag, className, text) {
-    const el = document.createElement(tag);
-    if (className) el.className = className;
-    if (text !== undefined) el.textContent = text;
-    return el;
-  }
 
   /* Unix seconds from a number or an ISO 8601 text; NaN if neither. */
   function seconds(value) {
@@ -56,30 +50,30 @@
 
   function sinceCell(value) {
     const ts = seconds(value);
-    const td = element("td", "", F.isNum(ts) ? F.age(Date.now() / 1000 - ts) + " ago" : "—");
+    const td = F.element("td", "", F.isNum(ts) ? F.age(Date.now() / 1000 - ts) + " ago" : "—");
     if (F.isNum(ts)) td.title = F.utcTime(ts);
     return td;
   }
 
   function badgeCell(status) {
-    const td = element("td");
+    const td = F.element("td");
     const known = STATUS_STYLE[status] !== undefined;
-    td.append(element("span", "verdict verdict-" + (known ? STATUS_STYLE[status] : "unknown"), known ? status : "unknown"));
+    td.append(F.element("span", "verdict verdict-" + (known ? STATUS_STYLE[status] : "unknown"), known ? status : "unknown"));
     return td;
   }
 
   function checkRow(check) {
     const id = text(check.id);
-    const tr = element("tr", "check-" + (STATUS_STYLE[check.status] ? check.status : "unknown"));
+    const tr = F.element("tr", "check-" + (STATUS_STYLE[check.status] ? check.status : "unknown"));
     tr.dataset.check = id;
-    const title = element("td", "", titles[id] || id);
+    const title = F.element("td", "", titles[id] || id);
     title.title = id;
     tr.append(
       title,
-      element("td", "num", check.gpu === null || check.gpu === undefined ? "" : text(check.gpu)),
+      F.element("td", "num", check.gpu === null || check.gpu === undefined ? "" : text(check.gpu)),
       badgeCell(check.status),
-      element("td", "health-reason", text(check.reason)),
-      element("td", "health-action", text(check.action)),
+      F.element("td", "health-reason", text(check.reason)),
+      F.element("td", "health-action", text(check.action)),
       sinceCell(check.since)
     );
     return tr;
@@ -87,21 +81,21 @@
 
   function historyRow(change) {
     const at = seconds(change.at);
-    const when = element("td", "", F.dateTime(at));
+    const when = F.element("td", "", F.dateTime(at));
     if (F.isNum(at)) when.title = F.utcTime(at);
-    const from = element("td");
+    const from = F.element("td");
     from.append(V.badge(V.read({ verdict: change.from })));
-    const to = element("td");
+    const to = F.element("td");
     to.append(V.badge(V.read({ verdict: change.to })));
-    const tr = element("tr");
-    tr.append(when, from, to, element("td", "health-reason", text(change.reason)));
+    const tr = F.element("tr");
+    tr.append(when, from, to, F.element("td", "health-reason", text(change.reason)));
     return tr;
   }
 
   function emptyRow(columns, message) {
-    const td = element("td", "empty", message);
+    const td = F.element("td", "empty", message);
     td.colSpan = columns;
-    const tr = element("tr");
+    const tr = F.element("tr");
     tr.append(td);
     return tr;
   }

@@ -13,12 +13,6 @@
 
   const nodeUrl = F.nodeUrl;
 
-  function element(tag, className, text) {
-    const el = document.createElement(tag);
-    if (className) el.className = className;
-    if (text !== undefined) el.textContent = text;
-    return el;
-  }
 
   /* The table of ``model`` (GpulseCluster) in els.table, sorted and filtered by ``view``. */
   function create(model, view, els) {
@@ -62,36 +56,36 @@
     }
 
     function gpuCell(row) {
-      const td = element("td", "num");
+      const td = F.element("td", "num");
       const r = row.r;
       if (row.status === "down") {
         td.textContent = row.gpus || "—";
         return td;
       }
       td.append(String(rows.reporting[r]));
-      if (rows.lost[r]) td.append(" ", element("span", "status-down", "(" + rows.lost[r] + " lost)"));
+      if (rows.lost[r]) td.append(" ", F.element("span", "status-down", "(" + rows.lost[r] + " lost)"));
       if (rows.reporting[r] + rows.lost[r] < row.gpus) td.append(" / " + row.gpus);
       return td;
     }
 
     function probeCell(probe) {
       if (!probe) {
-        const empty = element("td", "num muted", "—");
+        const empty = F.element("td", "num muted", "—");
         empty.title = "No bandwidth probe yet";
         return empty;
       }
-      const td = element("td", "num", probe.status === "succeeded" ? F.fixed(F.numberOrNaN(probe.busbw), 1) : String(probe.status));
+      const td = F.element("td", "num", probe.status === "succeeded" ? F.fixed(F.numberOrNaN(probe.busbw), 1) : String(probe.status));
       td.title = window.GpulseCluster.describeProbe(probe);
-      if (probe.low) td.append(" ", element("b", "tag tag-alert", "LOW"));
+      if (probe.low) td.append(" ", F.element("b", "tag tag-alert", "LOW"));
       return td;
     }
 
     function statusCell(row) {
-      const td = element("td");
-      td.append(element("span", "status status-" + row.status, row.status));
+      const td = F.element("td");
+      td.append(F.element("span", "status status-" + row.status, row.status));
       const skew = rows.skew[row.r];
       if (skew === skew) {
-        const badge = element("b", "tag warn-text", "clock skew " + F.skew(skew));
+        const badge = F.element("b", "tag warn-text", "clock skew " + F.skew(skew));
         badge.title = "This node's clock is " + F.age(Math.abs(skew)) + (skew < 0 ? " behind" : " ahead of") +
           " gpulse's: its samples are placed at the time they arrived";
         td.append(" ", badge);
@@ -101,7 +95,7 @@
 
     /* The verdict as a badge, the reason and action in its title. */
     function healthCell(row) {
-      const td = element("td");
+      const td = F.element("td");
       td.append(V.badge(rows.health[row.r]));
       return td;
     }
@@ -113,12 +107,12 @@
       return [
         statusCell(row),
         healthCell(row),
-        element("td", "num", (down ? "no data " : "") + F.age(row.age)),
+        F.element("td", "num", (down ? "no data " : "") + F.age(row.age)),
         gpuCell(row),
-        element("td", "num", down ? "—" : F.fixed(row.util, 1)),
-        element("td", "num", down ? "—" : F.fixed(row.temp, 0)),
-        element("td", "num", down ? "—" : F.fixed(row.power, 0)),
-        element("td", "num", down ? "—" : F.fixed(row.mem / 1024, 0) + " / " + F.fixed(rows.memTotal[r] / 1024, 0)),
+        F.element("td", "num", down ? "—" : F.fixed(row.util, 1)),
+        F.element("td", "num", down ? "—" : F.fixed(row.temp, 0)),
+        F.element("td", "num", down ? "—" : F.fixed(row.power, 0)),
+        F.element("td", "num", down ? "—" : F.fixed(row.mem / 1024, 0) + " / " + F.fixed(rows.memTotal[r] / 1024, 0)),
         probeCell(rows.probe[r]),
       ];
     }
@@ -130,11 +124,11 @@
     function rowElement(name) {
       let tr = rowElements.get(name);
       if (!tr) {
-        tr = element("tr");
+        tr = F.element("tr");
         tr.dataset.node = name;
-        const link = element("a", "", name);
+        const link = F.element("a", "", name);
         link.href = nodeUrl(name);
-        const nameCell = element("td");
+        const nameCell = F.element("td");
         nameCell.append(link);
         tr.append(nameCell);
         rowElements.set(name, tr);
