@@ -1,11 +1,14 @@
 """The measurement scripts the README's performance section names still run."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.test_ingest_durability import ON_POSTGRES, SUITE_DATABASE, postgres_connect, postgres_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,3 +54,35 @@ def test_the_node_health_benchmark_times_a_tick():
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["nodes"] == 200 and 0 < figures["tick_ms_median"] <= figures["tick_ms_max"]
+
+
+def test_the_usage_benchmark_times_ingest_with_and_without_the_accounting():
+    # Without DATABASE_URL it makes a SQLite file of its own: it deletes the rows of the database it uses.
+    done = subprocess.run(
+        [sys.executable, "-m", "devtools.bench_usage", "ingest", "--nodes", "20", "--seconds", "5", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={name: value for name, value in os.environ.items() if name != "DATABASE_URL"})
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["gpus"] == 160 and figures["database"] == "sqlite"
+    assert 0 < figures["cpu_ms_per_s_without_usage"] and 0 < figures["cpu_ms_per_s_with_usage"]
+
+
+@pytest.mark.skipif(not ON_POSTGRES, reason="the 30-day query benchmark writes by COPY: PostgreSQL only; "
+                                           "runs in the suite's run with DATABASE_URL=postgres://...")
+def test_the_usage_query_benchmark_answers_every_query_over_generated_rows():
+    with postgres_connect(SUITE_DATABASE["NAME"]) as connection:
+        connection.execute("DROP DATABASE IF EXISTS gpulse_bench_usage_test")
+        connection.execute("CREATE DATABASE gpulse_bench_usage_test")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "devtools.bench_usage", "query", "--days", "1", "--nodes", "10", "--repeat", "1",
+             "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "DATABASE_URL": postgres_url("gpulse_bench_usage_test")})
+        assert done.returncode == 0, done.stderr
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        assert figures["database"] == "postgresql" and figures["usage_hour_rows"] > 24 * 10
+        assert set(figures["queries"]) == {"by_user", "by_job", "by_node", "by_job_all", "chart"}
+    finally:
+        with postgres_connect(SUITE_DATABASE["NAME"]) as connection:
+            connection.execute("DROP DATABASE IF EXISTS gpulse_bench_usage_test WITH (FORCE)")
