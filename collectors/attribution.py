@@ -19,6 +19,8 @@ from pathlib import Path
 from gpulse.schema import MAX_TEXT, PROCESS_IDENTITY
 
 PROC = Path("/proc")
+# A command line may be megabytes (every sample reads it again); status and cgroup are a few KiB.
+MAX_PROC_FILE = 64 * 1024
 
 # The ids are matched whole (digits, a UUID, 64 hex digits) and every pattern is anchored at
 # the root: a user who may create cgroups (a systemd user slice, a delegated job subtree) only
@@ -81,9 +83,11 @@ def parse_cgroup(text: str) -> dict:
 
 
 def _read(path: Path) -> str | None:
-    """The file's text; None when the process is gone, hidden (hidepid) or in another PID namespace."""
+    """The file's text, its first MAX_PROC_FILE bytes; None when the process is gone, hidden (hidepid)
+    or in another PID namespace."""
     try:
-        return path.read_bytes().decode(errors="replace")
+        with path.open("rb") as file:
+            return file.read(MAX_PROC_FILE).decode(errors="replace")
     except OSError:
         return None
 

@@ -143,6 +143,16 @@ def test_a_vanished_process_keeps_its_pid_and_memory_and_nothing_else():
     assert describe_process(MISSING_PID, None, RECORDED / "missing") == {"pid": MISSING_PID, "mem_used": None, **GONE}
 
 
+def test_a_command_line_of_megabytes_is_read_only_as_far_as_the_sample_shows_it(tmp_path):
+    folder = tmp_path / "4242"
+    folder.mkdir()
+    (folder / "cmdline").write_bytes(b"python\0train.py\0" + b"--flag\0" * 200_000)
+    (folder / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n")
+    process = describe_process(4242, None, tmp_path)
+    assert process["cmd"] == ("python train.py " + "--flag " * 200)[:schema.MAX_TEXT]
+    assert (process["job"], process["step"]) == ("7", "0")
+
+
 def test_a_live_process_is_described_from_the_real_proc():
     process = describe_process(psutil.Process().pid, None)
 
