@@ -53,13 +53,15 @@ def idle_summary(idle_by_model: dict[str, int]) -> dict:
             "usd_per_hour": sum(count * price.gpu_hour(model) for model, count in idle_by_model.items())}
 
 
-def cluster_summary(idle_by_model: dict[str, int]) -> dict:
+def cluster_summary(idle_by_model: dict[str, int] | None) -> dict:
     """Return firing alerts, benchmark jobs by state, job throughput and the idle allocations' cost;
-    never raise into ingest. ``idle_by_model``: GPUs allocated but idle now, per GPU model."""
+    never raise into ingest. ``idle_by_model``: GPUs allocated but idle now, per GPU model; None
+    while usage accounting is off (the KPI shows a dash)."""
     try:
         jobs = BenchmarkJob.objects.active_counts()
         return {"alerts_firing": firing_count(), "jobs_running": jobs["running"], "jobs_queued": jobs["queued"],
-                "idle_allocated": idle_summary(idle_by_model), **throughput_summary()}
+                "idle_allocated": None if idle_by_model is None else idle_summary(idle_by_model),
+                **throughput_summary()}
     except Exception as exc:  # a locked or unreachable database must not stop frames
         log.warning("cluster summary unavailable: %s", exc)
         return {}

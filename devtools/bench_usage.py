@@ -4,8 +4,8 @@
 (most GPUs in whole-node jobs, some shared, some idle-allocated, some free).
 Each simulated second does what ingest does with every sample: the rollups'
 fold, the live idle list, and every --flush seconds the database write; once
-with the usage accounting and once with it replaced by a no-op, in the same
-process and database. Printed: CPU ms per simulated second for both, and the
+with the usage accounting and once with it off (GPULSE_USAGE_ACCOUNTING's
+switch), in the same process and database. Printed: CPU ms per simulated second for both, and the
 difference, which is what accounting adds (10 ms = 1 % of a core).
 
 Without DATABASE_URL, a new SQLite file in a temporary folder.
@@ -65,28 +65,10 @@ def fleet(nodes: int, gpus: int, second: int) -> list[dict]:
     return samples
 
 
-class _NoUsage:
-    """The accounting's interface doing nothing: the baseline."""
-
-    def add(self, minute, sample):
-        pass
-
-    def drop(self, minute):
-        return 0
-
-    def clear(self):
-        pass
-
-
-class _NoIdle:
-    def update(self, node, sample, placed, rows):
-        pass
-
-
 def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int) -> dict:
     from django.core.management import call_command
 
-    from dashboard.live import rollups, usage_store
+    from dashboard.live import rollups
     from dashboard.live.idle import IdleAllocations
     from dashboard.live.models import ClusterUsage, GpuRollup, GpuUsage, UsageHour
 
@@ -100,27 +82,20 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int) -> dict:
     def run(with_usage: bool) -> float:
         for model in (GpuRollup, GpuUsage, UsageHour, ClusterUsage):
             model.objects.all().delete()
-        accumulator = rollups.RollupAccumulator("bench", max_rows=10**7)
+        accumulator = rollups.RollupAccumulator("bench", max_rows=10**7, accounting=with_usage)
         accumulator.high_water = accumulator.written_mark = (0, 0)
-        idle = IdleAllocations() if with_usage else _NoIdle()
-        if not with_usage:
-            accumulator.usage = _NoUsage()  # type: ignore[assignment]
-        merge_usage = usage_store.merge_usage
-        if not with_usage:
-            usage_store.merge_usage = lambda usage: 0
-        try:
-            started = time.process_time()
-            for second, batch in enumerate(batches):
-                for sample, frame_rows in zip(batch, rows[second], strict=True):
+        idle = IdleAllocations()
+        started = time.process_time()
+        for second, batch in enumerate(batches):
+            for sample, frame_rows in zip(batch, rows[second], strict=True):
+                if with_usage:  # as ingest does
                     idle.update(sample["node"], sample, sample["ts"], frame_rows)
-                    accumulator.add(sample)
-                accumulator.fold_queued()
-                if (second + 1) % flush == 0:
-                    accumulator.write()
-            accumulator.write()
-            return (time.process_time() - started) * 1000 / seconds
-        finally:
-            usage_store.merge_usage = merge_usage
+                accumulator.add(sample)
+            accumulator.fold_queued()
+            if (second + 1) % flush == 0:
+                accumulator.write()
+        accumulator.write()
+        return (time.process_time() - started) * 1000 / seconds
 
     from dashboard.live.ingest import GC_THRESHOLDS
 

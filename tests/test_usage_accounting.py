@@ -13,8 +13,8 @@ import pytest
 
 from dashboard.live.frames import gpu_row
 from dashboard.live.idle import IdleAllocations
-from dashboard.live.models import ClusterUsage, GpuUsage, UsageHour
-from dashboard.live.usage import UsageAccumulator
+from dashboard.live.models import ClusterUsage, GpuRollup, GpuUsage, UsageHour
+from dashboard.live.rollups import RollupAccumulator
 from dashboard.summary import idle_summary
 from dashboard.usage.models import EnergyPrice, GpuPrice
 from gpulse.keys import Keys
@@ -108,6 +108,24 @@ def test_entries_read_again_after_a_write_are_not_counted_twice(make_ingest):  #
     assert UsageHour.objects.get().samples == 10 and ClusterUsage.objects.get().samples == 10
 
 
+def accumulator(busy_util: float = 5.0) -> RollupAccumulator:
+    """Ingest's accumulator, as though the checkpoint were read (nothing here writes)."""
+    rollups = RollupAccumulator("test", busy_util=busy_util)
+    rollups.high_water = rollups.written_mark = (0, 0)
+    return rollups
+
+
+def fold(rollups: RollupAccumulator, *samples: dict) -> list[tuple]:
+    """Fold the samples in one go; return the usage rows of every minute so far."""
+    for s in samples:
+        rollups.add(s)
+    rollups.fold_queued()
+    return rollups.usage_rows()
+
+
+ENERGY = -1  # a usage row's last column
+
+
 @pytest.mark.parametrize("readings, expected", [
     ([(0.0, 1000), (1.0, 401_000)], [100.0, 400.0]),  # a delta of 400 J over 1 s
     ([(0.0, 1000), (1.0, 500)], [100.0, 100.0]),  # the counter went back (driver reload): power × interval
@@ -116,22 +134,59 @@ def test_entries_read_again_after_a_write_are_not_counted_twice(make_ingest):  #
     ([(0.0, None), (1.0, None)], [100.0, 100.0]),  # no counter
 ])
 def test_energy_comes_from_the_counters_deltas_where_they_can_be_trusted(readings, expected):
-    usage = UsageAccumulator()
-    used = []
-    for ts, counter in readings:
-        usage.clear()
-        usage.add(0, node_sample("n1", ts, [(50, [], counter, 100.0, H100)]))
-        used.append(next(usage.gpu_rows())[-1])
-    assert used == pytest.approx(expected)
+    rollups = accumulator()
+    totals = [fold(rollups, node_sample("n1", ts, [(50, [], counter, 100.0, H100)]))[0][ENERGY]
+              for ts, counter in readings]
+    assert [totals[0], totals[1] - totals[0]] == pytest.approx(expected)
 
 
 def test_a_late_sample_takes_power_times_interval_and_leaves_the_counters_reference_alone():
-    usage = UsageAccumulator()
+    rollups = accumulator()
     for ts in (10.0, 12.0, 11.0, 13.0):  # 11 arrives late (a backlog); the counter runs at 100 W
-        usage.add(0, node_sample("n1", ts, [(50, [], 100_000 * ts, 100.0, H100)]))
+        rows = fold(rollups, node_sample("n1", ts, [(50, [], 100_000 * ts, 100.0, H100)]))
     # 100 J (first: power × interval) + 200 J (10 → 12) + 100 J (late: power × interval) + 100 J (12 → 13);
     # had the late sample become the reference, 11 → 13 would count 11 → 12 twice.
-    assert next(usage.gpu_rows())[-1] == pytest.approx(500.0)
+    assert rows[0][ENERGY] == pytest.approx(500.0)
+
+
+def test_a_backlog_folded_at_once_counts_as_its_samples_one_by_one():
+    """After an outage a node's samples arrive together: each GPU's readings take their turns, in stream order."""
+    readings = [(10.0, 1_000_000), (11.0, 1_400_000), (13.0, 1_800_000), (12.0, 1_700_000), (14.0, 500)]
+    samples = [node_sample("n1", ts, [(50, [process("alice", "1")], counter, 100.0, H100),
+                                      (0, [], None, 60.0, H100)]) for ts, counter in readings]
+    at_once = fold(accumulator(), *samples)
+    one_by_one = accumulator()
+    for s in samples:
+        rows = fold(one_by_one, s)
+    assert at_once == rows
+    # 100 J, 400 J, 400 J (11 → 13), 100 J (late), 100 J (the counter went back); GPU 1: 5 × 60 J.
+    assert [row[ENERGY] for row in at_once] == pytest.approx([1100.0, 300.0])
+
+
+def test_allocated_to_nobody_known_and_then_free_in_one_minute_is_one_row():
+    """A process the collector could not attribute, then none: both are (node, GPU, minute, "", "", "")."""
+    unattributed = process(None, None)
+    rows = fold(accumulator(), node_sample("n1", 60.0, [(50, [unattributed], None, 100.0, H100)]),
+                node_sample("n1", 61.0, [(0, [], None, 100.0, H100)]))
+    assert [row[3:] for row in rows] == [("", "", "", H100, 2, 2.0, 1.0, 1.0, 200.0)]
+
+
+def test_a_pruned_nodes_gpu_ids_go_to_new_gpus_only_once_its_minutes_are_written(make_ingest):  # noqa: F811
+    ingest = make_ingest()
+    ingest.flush_rollups()  # reads the checkpoint: from here on, samples fold as they come
+    apply(ingest, node_sample("old", 1_700_000_040.0, [(50, [process("alice", "1")], 10**6, 100.0, H100)]))
+    ingest.rollups.fold_queued()
+    ingest.rollups.forget("old")
+    apply(ingest, node_sample("new", 1_700_000_041.0, [(50, [process("bob", "2")], 10**6 + 100_000, 100.0, A100)]))
+    ingest.rollups.fold_queued()
+    assert len(ingest.rollups.gpus) == 2  # the id is not reused while "old"'s minute is unwritten
+    ingest.flush_rollups()
+    apply(ingest, node_sample("newer", 1_700_000_042.0, [(50, [], 10**6 + 200_000, 100.0, A100)]))
+    ingest.flush_rollups()
+    assert len(ingest.rollups.gpus) == 2  # now it is
+    # Each GPU counted under its own name; "newer" took no delta from "old"'s counter.
+    assert sorted(GpuUsage.objects.values_list("node", "user", "energy_j")) == [
+        ("new", "bob", 100.0), ("newer", "", 100.0), ("old", "alice", 100.0)]
 
 
 def random_gpus(rng: random.Random, count: int) -> list[dict]:
@@ -156,9 +211,7 @@ def test_ingests_inlined_definitions_agree_with_gpulse_usage():
     gpus = random_gpus(rng, 400)
     s = sample("n1", gpus=0, ts=1_700_000_040.0)
     s["gpus"] = gpus
-    usage = UsageAccumulator(busy_util=5.0)
-    usage.add(0, s)
-    counted = {(row[1], *row[3:6]): row[9:11] for row in usage.gpu_rows()}  # (gpu, owner) -> (allocated, busy)
+    counted = {(row[1], *row[3:6]): row[9:11] for row in fold(accumulator(), s)}  # (gpu, owner) -> (allocated, busy)
     idle = IdleAllocations()
     idle.update("n1", s, 0.0, [gpu_row(reading, busy_util=5.0) for reading in gpus])
     for reading in gpus:
@@ -171,6 +224,20 @@ def test_ingests_inlined_definitions_agree_with_gpulse_usage():
         busy = is_allocated(reading) and util is not None and util >= 5.0
         assert counted[(index, *who)] == (1.0 if is_allocated(reading) else 0.0, 1.0 if busy else 0.0), reading
         assert (index in idle.entries.get("n1", {})) == bool(is_idle_allocated(reading, 5.0)), reading
+
+
+def test_with_accounting_off_ingest_keeps_its_rollups_and_no_usage(redis_client, make_ingest):  # noqa: F811
+    redis_client.set(Keys().idle_allocations, orjson.dumps([{"node": "n0", "gpu": 0, "since": 1.0}]))
+    seen = []
+    ingest = make_ingest(usage_accounting=False, summary=lambda idle_by_model: seen.append(idle_by_model) or {})
+    for second in range(3):
+        apply(ingest, node_sample("n1", 1_700_000_040.0 + second, [(0, [process("dana", "101")], 10**6, 90.0, H100)]))
+    ingest.emit(time.time())
+    ingest.flush_rollups()
+    assert GpuRollup.objects.get().samples == 3
+    assert not GpuUsage.objects.exists() and not UsageHour.objects.exists() and not ClusterUsage.objects.exists()
+    assert orjson.loads(redis_client.get(Keys().idle_allocations)) == []  # an earlier ingest's list cleared
+    assert seen and seen[-1] is None  # the KPI shows a dash, not "0 GPUs"
 
 
 # -- the API and the page's numbers ------------------------------------------------------------------------------

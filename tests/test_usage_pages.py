@@ -238,3 +238,10 @@ def test_the_page_shows_the_prices_in_use(viewer, priced, settings):
 ])
 def test_idle_times_read_in_hours_and_minutes(seconds, text):
     assert idle_for(seconds) == text
+
+
+def test_the_page_says_when_usage_accounting_is_off(viewer, settings):
+    assert "accounting-off" not in viewer.get("/usage/").content.decode()
+    settings.GPULSE_USAGE_ACCOUNTING = False
+    page = viewer.get("/usage/").content.decode()
+    assert 'id="accounting-off"' in page and "GPULSE_USAGE_ACCOUNTING=false" in page

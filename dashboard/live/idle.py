@@ -25,18 +25,26 @@ class IdleAllocations:
 
     def update(self, node: str, sample: dict, placed: float, rows: list) -> None:
         """Take the node's newest sample and its frame rows (flags last), GPU by GPU."""
+        idle = [i for i, row in enumerate(rows) if row[-1] & FLAG_IDLE]
         listed = self.entries.get(node)
-        for gpu, row in zip(sample["gpus"], rows, strict=True):
-            if row[-1] & FLAG_IDLE:
-                who = owner(gpu)
-                if listed is None:
-                    listed = self.entries[node] = {}
-                entry = listed.get(gpu["index"])
-                if entry is None or entry[1:4] != who:
-                    listed[gpu["index"]] = (placed, *who, gpu.get("name") or "")
-                    self.changed = True
-            elif listed and listed.pop(gpu["index"], None) is not None:
+        if not idle and not listed:  # most nodes, most of the time: nothing to look at
+            return
+        gpus = sample["gpus"]
+        now = {}
+        for i in idle:
+            gpu = gpus[i]
+            who, index = owner(gpu), gpu["index"]
+            entry = listed.get(index) if listed else None
+            if entry is None or entry[1:4] != who:
+                entry = (placed, *who, gpu.get("name") or "")
                 self.changed = True
+            now[index] = entry
+        if listed and listed.keys() - now.keys():
+            self.changed = True
+        if now:
+            self.entries[node] = now
+        else:
+            del self.entries[node]
 
     def forget(self, node: str) -> None:
         if self.entries.pop(node, None):

@@ -87,7 +87,7 @@ class Ingest:
         tick: float = 1.0,
         clock: Callable[[], float] = time.time,
         evaluator=None,
-        summary: Callable[[dict[str, int]], dict] | None = None,
+        summary: Callable[[dict[str, int] | None], dict] | None = None,
         consumer: str | None = None,
         probe_low_fraction: float = 0.2,
         max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW,
@@ -97,6 +97,7 @@ class Ingest:
         max_rollup_rows: int = 500_000,
         max_unacked: int = 200_000,
         busy_util: float = BUSY_UTIL,
+        usage_accounting: bool = True,
     ):
         self.redis = client
         self.publish = publish
@@ -104,7 +105,8 @@ class Ingest:
         self.tick = tick
         self.clock = clock
         self.evaluator = evaluator
-        # Called each tick with the count of allocated-but-idle GPUs per model (their cost is its to price).
+        # Called each tick with the count of allocated-but-idle GPUs per model (their cost is its to price),
+        # None while usage accounting is off.
         self.summary = summary or (lambda idle_by_model: {})
         # Stable across restarts, so what a killed ingest left pending is its own to re-read.
         self.consumer = consumer or socket.gethostname()
@@ -113,7 +115,9 @@ class Ingest:
         self.forget_consumers_after = forget_consumers_after
         self.frames = FrameBuilder(busy_util)
         self.rollups = RollupAccumulator(f"{self.keys.telemetry} {INGEST_GROUP}", max_rows=max_rollup_rows,
-                                         busy_util=busy_util)
+                                         busy_util=busy_util, accounting=usage_accounting)
+        # Off, the list stays empty: its first write clears what an earlier ingest left.
+        self.usage_accounting = usage_accounting
         self.idle = IdleAllocations()
         self.flush_interval = flush_interval
         self.next_flush = 0.0
@@ -314,7 +318,9 @@ class Ingest:
                 return
             node.sample, node.placed, node.skew = sample, placed, skew
         self.health.update(name, sample)
-        self.idle.update(name, sample, placed, self.frames.update(node))
+        rows = self.frames.update(node)
+        if self.usage_accounting:
+            self.idle.update(name, sample, placed, rows)
         if not self.sampled:
             self.burst_started = self.clock()
         self.sampled.add(name)
@@ -336,7 +342,7 @@ class Ingest:
         self.frames.forget(name)
         self.health.forget(name)
         self.idle.forget(name)
-        self.rollups.usage.forget(name)
+        self.rollups.forget(name)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hdel(self.keys.known_nodes, name)
         pipe.hdel(self.keys.health, name)
@@ -465,7 +471,7 @@ class Ingest:
             self.health_changes.write()
             if self.evaluator is not None:
                 self.evaluator.evaluate(self.state, now, probes=self.probes.busbw(), health=self.health.nodes)
-            self.latest_summary = self.summary(self.idle.by_model())
+            self.latest_summary = self.summary(self.idle.by_model() if self.usage_accounting else None)
             if now >= self.next_flush:
                 self.flush_rollups()
                 self.next_flush = now + self.flush_interval

@@ -37,8 +37,8 @@ from django.db import transaction
 
 from dashboard.live import rollup_store, usage_store
 from dashboard.live.models import ROLLUP_METRICS
-from dashboard.live.usage import UsageAccumulator
-from gpulse.usage import BUSY_UTIL
+from dashboard.live.usage import EnergyCounters, MinuteUsage, Who
+from gpulse.usage import BUSY_UTIL, owner
 
 log = logging.getLogger("gpulse.ingest")
 
@@ -50,41 +50,29 @@ def entry_key(entry_id: bytes | str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-class MinuteRollup:
-    """(min, sum, max, count) per GPU and metric over one minute, as numpy arrays.
+# What is read of each GPU reading, by one C-level map: the rollups' metrics, then the energy counter.
+FIELDS = (*ROLLUP_METRICS, "energy")
+UTIL, POWER, ENERGY = FIELDS.index("util"), FIELDS.index("power"), FIELDS.index("energy")
 
-    add() only queues a GPU's readings; fold() merges the queue into the arrays
-    in a few numpy calls, so the per-GPU Python work is one tuple, not a loop
-    of comparisons per metric.
-    """
+
+class MinuteRollup:
+    """One minute: (min, sum, max, count) per GPU and metric as numpy arrays indexed by GPU id
+    (RollupAccumulator's), and the minute's usage."""
 
     def __init__(self):
-        self.index: dict[tuple[str, int], int] = {}  # (node, gpu) -> row of the arrays
-        self.queued_rows: list[int] = []
-        self.queued_values: list[tuple] = []
         metrics = len(ROLLUP_METRICS)
         self.samples = np.zeros(0, dtype=np.int64)
         self.low = np.zeros((0, metrics))
         self.total = np.zeros((0, metrics))
         self.high = np.zeros((0, metrics))
         self.count = np.zeros((0, metrics), dtype=np.int64)
+        self.cells = 0  # GPUs with a reading: the rows this minute writes
+        self.usage = MinuteUsage()
 
-    def add(self, node: str, gpus: list[dict]) -> None:
-        index, rows, values = self.index, self.queued_rows, self.queued_values
-        for gpu in gpus:
-            if gpu.get("lost"):
-                continue
-            key = (node, gpu["index"])
-            row = index.get(key)
-            if row is None:
-                row = index[key] = len(index)
-            rows.append(row)
-            values.append(tuple(map(gpu.get, ROLLUP_METRICS)))
-
-    def fold(self) -> None:
-        if not self.queued_rows:
-            return
-        grow = len(self.index) - len(self.samples)
+    def fold(self, ids: np.ndarray, values: np.ndarray, gpus: int) -> None:
+        """Merge readings (``values`` in ROLLUP_METRICS order, NaN for a null) of the GPUs ``ids``;
+        ``gpus``: how many GPU ids there are."""
+        grow = gpus - len(self.samples)
         if grow > 0:
             metrics = len(ROLLUP_METRICS)
             self.samples = np.concatenate([self.samples, np.zeros(grow, dtype=np.int64)])
@@ -92,27 +80,27 @@ class MinuteRollup:
             self.total = np.concatenate([self.total, np.zeros((grow, metrics))])
             self.high = np.concatenate([self.high, np.full((grow, metrics), -np.inf)])
             self.count = np.concatenate([self.count, np.zeros((grow, metrics), dtype=np.int64)])
-        rows = np.array(self.queued_rows)
-        values = np.array(self.queued_values, dtype=float)  # a null reading becomes NaN
-        self.queued_rows, self.queued_values = [], []
         present = ~np.isnan(values)
         # ufunc.at, because one GPU may appear twice in a batch (a backlog flushed after an outage).
-        np.add.at(self.samples, rows, 1)
-        np.fmin.at(self.low, rows, values)  # fmin/fmax skip NaN
-        np.fmax.at(self.high, rows, values)
-        np.add.at(self.total, rows, np.where(present, values, 0.0))
-        np.add.at(self.count, rows, present)
+        np.add.at(self.samples, ids, 1)
+        np.fmin.at(self.low, ids, values)  # fmin/fmax skip NaN
+        np.fmax.at(self.high, ids, values)
+        np.add.at(self.total, ids, np.where(present, values, 0.0))
+        np.add.at(self.count, ids, present)
+        self.cells = int(np.count_nonzero(self.samples))
 
-    def rows(self, minute: int) -> Iterator[tuple]:
-        """Yield one row per GPU in rollup_store.COLUMNS order."""
-        self.fold()
+    def rows(self, minute: int, gpus: list[tuple[str, int]]) -> Iterator[tuple]:
+        """Yield one row per GPU read in the minute, in rollup_store.COLUMNS order; ``gpus``:
+        (node, GPU index) per GPU id."""
         start = dt.datetime.fromtimestamp(minute, dt.UTC)
-        mean = np.divide(self.total, self.count, out=np.zeros_like(self.total), where=self.count > 0)
-        present = (self.count > 0).tolist()
-        low, mean, high = self.low.tolist(), mean.tolist(), self.high.tolist()
-        total, count, samples = self.total.tolist(), self.count.tolist(), self.samples.tolist()
-        for (node, gpu), i in self.index.items():
-            values = [node, gpu, start, samples[i]]
+        read = np.flatnonzero(self.samples)
+        count = self.count[read]
+        mean = np.divide(self.total[read], count, out=np.zeros(count.shape), where=count > 0)
+        present = (count > 0).tolist()
+        low, mean, high = self.low[read].tolist(), mean.tolist(), self.high[read].tolist()
+        total, count, samples = self.total[read].tolist(), count.tolist(), self.samples[read].tolist()
+        for i, gpu_id in enumerate(read.tolist()):
+            values = [*gpus[gpu_id], start, samples[i]]
             for m in range(len(ROLLUP_METRICS)):
                 seen = present[i][m]
                 values += [low[i][m] if seen else None, mean[i][m] if seen else None,
@@ -125,14 +113,24 @@ class RollupAccumulator:
 
     ``stream`` names the checkpoint: the stream key and the consumer group. The
     usage accounting (dashboard/live/usage.py) rides along: same samples, same
-    transaction, same checkpoint.
+    per-GPU pass, same transaction, same checkpoint.
+
+    Each GPU (node, index) has an id, the row of every per-GPU array. A pruned
+    node's ids are given to new GPUs once the minutes that may hold its
+    readings are written, so the arrays stay the size of the cluster.
     """
 
-    def __init__(self, stream: str, max_rows: int = 500_000, busy_util: float = BUSY_UTIL):
+    def __init__(self, stream: str, max_rows: int = 500_000, busy_util: float = BUSY_UTIL, accounting: bool = True):
         self.stream = stream
         self.max_rows = max_rows
+        self.busy_util = busy_util
+        self.accounting = accounting  # off (settings.GPULSE_USAGE_ACCOUNTING): the rollups only
         self.minutes: dict[int, MinuteRollup] = {}
-        self.usage = UsageAccumulator(busy_util)
+        self.ids: dict[tuple[str, int], int] = {}  # (node, GPU index) -> GPU id
+        self.gpus: list[tuple[str, int]] = []  # GPU id -> (node, GPU index)
+        self.free_ids: list[int] = []  # ids no pending minute refers to
+        self.released_ids: list[int] = []  # ids of pruned nodes, free after the next write
+        self.energy = EnergyCounters()
         self.queued: list[tuple[tuple[int, int] | None, dict]] = []
         # The newest entry folded into the rollups (checkpoint or since); None until the
         # checkpoint is read: entries wait in ``queued`` meanwhile.
@@ -150,10 +148,21 @@ class RollupAccumulator:
         self.queued.append((None if entry_id is None else entry_key(entry_id), sample))
 
     def fold_queued(self) -> None:
-        """Fold queued samples into their minutes, in entry order, skipping those already counted."""
+        """Fold queued samples into their minutes, in entry order, skipping those already counted.
+
+        The loop over GPUs runs for every GPU of the cluster every second: it only
+        reads, and the arithmetic is numpy's, once per call. gpulse.usage's
+        definitions are inlined in it (tests/test_usage_accounting.py holds the
+        two in step).
+        """
         if self.high_water is None:
             self._bound_queue()
             return
+        ids: list[int] = []
+        values: list[tuple] = []
+        slots: list[int] = []
+        sizes, times, intervals, minutes = [], [], [], []
+        known, accounting = self.ids, self.accounting
         for key, sample in self.queued:
             if key is not None:
                 if key <= self.high_water:
@@ -164,20 +173,80 @@ class RollupAccumulator:
             bucket = self.minutes.get(minute)
             if bucket is None:
                 bucket = self.minutes[minute] = MinuteRollup()
-            bucket.add(sample["node"], sample["gpus"])
-            self.usage.add(minute, sample)
+            usage, node, read = bucket.usage, sample["node"], len(ids)
+            current = usage.current
+            for gpu in sample["gpus"]:
+                get = gpu.get
+                if get("lost"):
+                    continue
+                index = gpu["index"]
+                gpu_id = known.get((node, index))
+                if gpu_id is None:
+                    gpu_id = self._new_id(node, index)
+                ids.append(gpu_id)
+                values.append(tuple(map(get, FIELDS)))
+                if not accounting:
+                    continue
+                processes, k8s = get("processes"), get("k8s")
+                if k8s is None and processes and len(processes) == 1:  # the common case, owner() without its calls
+                    process = processes[0]
+                    who: Who = (process.get("user") or "", process.get("job") or "", process.get("pod_uid") or "")
+                elif processes or k8s and k8s.get("pod"):
+                    who = owner(gpu)
+                else:
+                    who = None  # not allocated
+                newest = current.get(gpu_id)
+                slots.append(newest[1] if newest is not None and newest[0] == who
+                             else usage.slot(gpu_id, who, get("name") or ""))
+            sizes.append(len(ids) - read)
+            times.append(sample["ts"])
+            intervals.append(sample["interval"])
+            minutes.append(minute)
         self.queued = []
-        for bucket in self.minutes.values():
-            bucket.fold()
+        if ids:
+            self._fold(np.array(ids), np.array(values, dtype=float), np.array(slots), np.array(sizes),
+                       times, intervals, minutes)
         self._bound()
 
+    def _fold(self, ids: np.ndarray, values: np.ndarray, slots: np.ndarray, sizes: np.ndarray,
+              times: list[float], intervals: list[float], minutes: list[int]) -> None:
+        """Fold the readings of the queued samples (a null reading is NaN in ``values``) into their minutes."""
+        touched = set(minutes)
+        minute_of = np.repeat(minutes, sizes) if len(touched) > 1 else None
+        if self.accounting:
+            seconds = np.repeat(intervals, sizes)
+            joules = self.energy.joules(ids, np.repeat(times, sizes), values[:, ENERGY], values[:, POWER], seconds)
+            busy = values[:, UTIL] >= self.busy_util  # a null utilization (NaN) is not busy
+        for minute in touched:
+            these = slice(None) if minute_of is None else minute_of == minute
+            bucket = self.minutes[minute]
+            bucket.fold(ids[these], values[these, :len(ROLLUP_METRICS)], len(self.gpus))
+            if self.accounting:
+                bucket.usage.add(slots[these], seconds[these], busy[these], joules[these])
+
+    def _new_id(self, node: str, index: int) -> int:
+        if self.free_ids:
+            gpu_id = self.free_ids.pop()
+            self.gpus[gpu_id] = (node, index)
+        else:
+            gpu_id = len(self.gpus)
+            self.gpus.append((node, index))
+        self.ids[(node, index)] = gpu_id
+        return gpu_id
+
+    def forget(self, node: str) -> None:
+        """A pruned node: its GPUs' counters are no reference any more, and their ids go back once written."""
+        gone = [key for key in self.ids if key[0] == node]
+        released = [self.ids.pop(key) for key in gone]
+        self.energy.forget(released)
+        self.released_ids += released
+
     def _bound(self) -> None:
-        cells = sum(len(bucket.index) for bucket in self.minutes.values())
+        cells = self.pending_rows()
         while cells > self.max_rows and len(self.minutes) > 1:
             oldest = min(self.minutes)
             bucket = self.minutes.pop(oldest)
-            self.usage.drop(oldest)
-            cells -= len(bucket.index)
+            cells -= bucket.cells
             lost = int(bucket.samples.sum())
             self.lost_samples += lost
             log.error(
@@ -196,7 +265,12 @@ class RollupAccumulator:
             log.error("rollups: dropped %d GPU samples: the database has not answered since ingest started", lost)
 
     def pending_rows(self) -> int:
-        return sum(len(bucket.index) for bucket in self.minutes.values())
+        return sum(bucket.cells for bucket in self.minutes.values())
+
+    def usage_rows(self) -> list[tuple]:
+        """The GpuUsage rows of every unwritten minute (usage_store merges them)."""
+        return [row for minute in sorted(self.minutes)
+                for row in self.minutes[minute].usage.rows(dt.datetime.fromtimestamp(minute, dt.UTC), self.gpus)]
 
     def write(self) -> int:
         """Merge every partial minute and the checkpoint in one transaction; return rows merged.
@@ -208,13 +282,14 @@ class RollupAccumulator:
         self.fold_queued()
         if not self.minutes and self.high_water == self.written_mark:
             return 0
-        rows = [row for minute in sorted(self.minutes) for row in self.minutes[minute].rows(minute)]
+        rows = [row for minute in sorted(self.minutes) for row in self.minutes[minute].rows(minute, self.gpus)]
         with transaction.atomic():
             rollup_store.merge_rollups(rows)
-            usage_store.merge_usage(self.usage)
+            usage_store.merge_usage(self.usage_rows())
             if self.high_water != self.written_mark:
                 rollup_store.save_checkpoint(self.stream, self.high_water)
         self.minutes = {}
-        self.usage.clear()
         self.written_mark = self.high_water
+        self.free_ids += self.released_ids
+        self.released_ids = []
         return len(rows)

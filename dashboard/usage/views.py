@@ -3,6 +3,7 @@
 import csv
 import datetime as dt
 
+from django.conf import settings
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -34,7 +35,8 @@ def _utc(ts: float) -> dt.datetime:
 def usage_page(request):
     query = request.GET
     context = {"ranges": RANGES, "since": query.get("since", ""), "until": query.get("until", ""),
-               "selected": "" if query.get("until") else query.get("since") or DEFAULT_RANGE}
+               "selected": "" if query.get("until") else query.get("since") or DEFAULT_RANGE,
+               "accounting": settings.GPULSE_USAGE_ACCOUNTING}
     try:
         since, until = parse_range(query)
         prices = current_prices()
