@@ -365,6 +365,44 @@ def test_ingest_lists_the_idle_allocations_now_with_owner_and_since(redis_client
     assert orjson.loads(redis_client.get(Keys().idle_allocations)) == []
 
 
+def test_a_restarted_ingest_keeps_how_long_a_gpu_has_been_idle(redis_client, make_ingest):  # noqa: F811
+    now = time.time()
+
+    def node(second, second_owner):
+        return node_sample("n1", now + second, [(0, [process("dana", "101")], None, 80.0, H100),
+                                               (0, [process(*second_owner)], None, 80.0, H100),
+                                               (0, [process("erin", "103")], None, 80.0, H100)])
+
+    ingest = make_ingest()
+    apply(ingest, node(-600, ("bob", "102")))
+    ingest.emit(now - 600)
+    again = make_ingest()  # the restarted ingest
+    again.load_known_nodes()
+    sample = node(0, ("carol", "104"))  # GPU 1 changed hands while ingest was away
+    sample["gpus"][2]["util"] = 80.0  # GPU 2 busy now
+    apply(again, sample)
+    again.emit(now)
+    listed = {e["gpu"]: (e["user"], e["since"]) for e in orjson.loads(redis_client.get(Keys().idle_allocations))}
+    assert listed == {0: ("dana", pytest.approx(now - 600)), 1: ("carol", pytest.approx(now))}
+    # GPU 2 was busy in the node's first sample: idle again later, it starts afresh.
+    apply(again, node(30, ("carol", "104")))
+    again.emit(now + 30)
+    assert {e["gpu"]: e["since"] for e in orjson.loads(redis_client.get(Keys().idle_allocations))}[2] == \
+        pytest.approx(now + 30)
+
+
+@pytest.mark.parametrize("stored", [b"{not json", b'{"node": "n1"}', b'[1, "x", {"node": "n1", "gpu": "0"}]',
+                                    b'[{"node": "n1", "gpu": 0, "since": "NaN", "user": "d", "job": "", "pod": ""}]'])
+def test_an_idle_list_in_redis_that_ingest_did_not_write_is_skipped(redis_client, make_ingest, stored):  # noqa: F811
+    redis_client.set(Keys().idle_allocations, stored)
+    ingest = make_ingest()
+    ingest.load_known_nodes()
+    now = time.time()
+    apply(ingest, node_sample("n1", now, [(0, [process("d", "")], None, 80.0, H100)]))
+    ingest.emit(now)
+    assert [e["since"] for e in orjson.loads(redis_client.get(Keys().idle_allocations))] == [pytest.approx(now)]
+
+
 def test_a_down_nodes_gpus_leave_the_idle_list(redis_client, make_ingest):  # noqa: F811
     ingest = make_ingest()
     now = time.time()

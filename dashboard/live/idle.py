@@ -4,10 +4,15 @@ Ingest updates it with each node's newest sample and that sample's frame rows,
 whose FLAG_IDLE already says which GPUs are allocated and idle
 (gpulse.usage.is_idle_allocated; a GPU without a utilization reading is not
 listed), and writes it to Redis (Keys().idle_allocations) when it changed.
-"Since" is when ingest first saw the GPU idle with this owner: a restarted
-ingest starts counting again, and a down node's GPUs leave the list (they are
+"Since" is when ingest first saw the GPU idle with this owner. A restarted
+ingest resumes it from the list the previous one wrote (resume(), for the
+MAX_LISTED longest idle): a GPU still idle with the same owner in its node's
+first sample keeps its "since". A down node's GPUs leave the list (they are
 not idle "now": nobody knows).
 """
+
+import logging
+import math
 
 import orjson
 
@@ -16,15 +21,39 @@ from gpulse.usage import owner
 
 MAX_LISTED = 1000  # the key is rewritten on a change: bound what one write carries
 
+log = logging.getLogger("gpulse.ingest")
+
 
 class IdleAllocations:
     def __init__(self):
         # node -> GPU index -> (since, user, job, pod, model)
         self.entries: dict[str, dict[int, tuple[float, str, str, str, str]]] = {}
         self.changed = True  # the first write replaces what an earlier ingest left
+        # node -> GPU index -> (since, (user, job, pod)) as an earlier ingest listed them; each
+        # node's are used by its first sample, then dropped.
+        self.earlier: dict[str, dict[int, tuple[float, tuple]]] = {}
+
+    def resume(self, raw: bytes | None) -> None:
+        """Take the list an earlier ingest wrote (Redis' word: checked like any input; an entry that
+        is not what ingest writes is skipped)."""
+        try:
+            listed = orjson.loads(raw) if raw else []
+        except orjson.JSONDecodeError as exc:
+            log.warning("the idle list in Redis is not JSON (%s): every idle GPU starts its time again", exc)
+            return
+        self.earlier = {}
+        for entry in listed[:MAX_LISTED] if isinstance(listed, list) else ():
+            if not isinstance(entry, dict):
+                continue
+            node, gpu, since = entry.get("node"), entry.get("gpu"), entry.get("since")
+            who = (entry.get("user"), entry.get("job"), entry.get("pod"))
+            if (isinstance(node, str) and type(gpu) is int and isinstance(since, (int, float)) and math.isfinite(since)
+                    and all(isinstance(part, str) for part in who)):
+                self.earlier.setdefault(node, {})[gpu] = (float(since), who)
 
     def update(self, node: str, sample: dict, placed: float, rows: list) -> None:
         """Take the node's newest sample and its frame rows (flags last), GPU by GPU."""
+        earlier = self.earlier.pop(node, None) if self.earlier else None
         idle = [i for i, row in enumerate(rows) if row[-1] & FLAG_IDLE]
         listed = self.entries.get(node)
         if not idle and not listed:  # most nodes, most of the time: nothing to look at
@@ -36,7 +65,10 @@ class IdleAllocations:
             who, index = owner(gpu), gpu["index"]
             entry = listed.get(index) if listed else None
             if entry is None or entry[1:4] != who:
-                entry = (placed, *who, gpu.get("name") or "")
+                since = placed
+                if earlier and index in earlier and earlier[index][1] == who:
+                    since = min(placed, earlier[index][0])
+                entry = (since, *who, gpu.get("name") or "")
                 self.changed = True
             now[index] = entry
         if listed and listed.keys() - now.keys():

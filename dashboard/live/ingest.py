@@ -164,7 +164,10 @@ class Ingest:
         self.reclaim(min_idle_ms=0)
 
     def load_known_nodes(self) -> None:
-        """Start from what Redis remembers, so a restarted ingest still knows down nodes."""
+        """Start from what Redis remembers, so a restarted ingest still knows down nodes
+        (and how long the idle GPUs have been idle)."""
+        if self.usage_accounting:
+            self.idle.resume(self.redis.get(self.keys.idle_allocations))
         known = self.redis.hgetall(self.keys.known_nodes)
         if not known:
             return
