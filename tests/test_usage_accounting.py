@@ -120,7 +120,7 @@ def fold(rollups: RollupAccumulator, *samples: dict) -> list[tuple]:
     for s in samples:
         rollups.add(s)
     rollups.fold_queued()
-    return rollups.usage_rows()
+    return rollups.usage_rows()[0]
 
 
 ENERGY = -1  # a usage row's last column

@@ -1,8 +1,6 @@
 """The database side of rollups: merge partial minutes by upsert, keep the stream checkpoint.
 
-``merge`` is the upsert itself, for any table whose parts add up (usage_store's
-too): the rows are loaded into a temporary table (``staged``), and one
-statement per table merges them from there (``upsert``).
+``merge`` is the upsert itself, for any table whose parts add up (usage_store's too).
 
 A partial minute is merged into its row with one INSERT ... ON CONFLICT DO
 UPDATE that adds samples, sums and counts and keeps the lower minimum and the
@@ -12,8 +10,7 @@ SQLite (3.24+) and PostgreSQL both take this statement; they differ only in
 the two-argument minimum (MIN/MAX in SQLite, LEAST/GREATEST in PostgreSQL).
 """
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
 from django.db import connection
 from django.db.models import Model
@@ -57,60 +54,43 @@ def merge(model: type[Model], columns: Sequence[str], key: Sequence[str], assign
           rows: Sequence[tuple], time_column: int) -> None:
     """INSERT rows (values in ``columns`` order) into the model's table; a row whose ``key`` exists
     is merged by ``assignments(table, vendor)``, the SET clause. ``time_column``: the index of
-    the one aware datetime in a row. Call inside a transaction."""
-    with staged(model, columns, rows, time_column) as part:
-        upsert(model, columns, key, assignments, f"SELECT {listed(columns)} FROM {part} WHERE true")
+    the one aware datetime in a row. Call inside a transaction.
 
-
-def listed(columns: Sequence[str]) -> str:
-    return ", ".join(map(connection.ops.quote_name, columns))
-
-
-@contextmanager
-def staged(model: type[Model], columns: Sequence[str], rows: Sequence[tuple], time_column: int) -> Iterator[str]:
-    """Load rows into a temporary table shaped like the model's (``<table>_part``), and yield its
-    quoted name for upsert()s to select from; it is emptied afterwards. Call inside a transaction.
-
-    Rows go in by PostgreSQL's COPY or SQLite's executemany: binding 8,000 rows x 24 values as
-    parameters of VALUES lists spent a second in Python on PostgreSQL, and on SQLite more time in
-    Django's placeholder rewriting of the long statements than in the upsert.
+    The rows go into a temporary table shaped like the model's (``<table>_part``) by PostgreSQL's
+    binary COPY or SQLite's executemany, and one INSERT ... SELECT merges them from there: binding
+    8,000 rows x 24 values as parameters of VALUES lists spent a second in Python on PostgreSQL,
+    and on SQLite more time in Django's placeholder rewriting of the long statements than in the
+    upsert; text COPY formats every number as digits, six times the Python of binary.
     """
+    if not rows:
+        return
     q = connection.ops.quote_name
-    part = q(model._meta.db_table + "_part")
+    table, part = q(model._meta.db_table), q(model._meta.db_table + "_part")
+    listed = ", ".join(map(q, columns))
     postgres = connection.vendor == "postgresql"
     with connection.cursor() as cursor:
-        # The table lasts as long as the connection (made again after a reconnection);
-        # its rows, only until merged, even where no commit follows (a test's transaction).
-        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {part} "
-                       f"AS SELECT {listed(columns)} FROM {q(model._meta.db_table)} WHERE false")
-        if postgres:  # binary COPY: six times less Python than text (no number formatted as digits)
-            cursor.execute(f"SELECT {listed(columns)} FROM {part} WHERE false")
+        # The table lasts as long as the connection (made again after a reconnection); its rows,
+        # only until merged, even where no commit follows (a test's transaction). Should a
+        # statement fail, the transaction's rollback takes the loaded rows away too.
+        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {part} AS SELECT {listed} FROM {table} WHERE false")
+        if postgres:  # COPY takes the aware datetimes as they are
+            cursor.execute(f"SELECT {listed} FROM {part} WHERE false")
             types = [column.type_code for column in cursor.description]
-            with cursor.cursor.copy(f"COPY {part} ({listed(columns)}) FROM STDIN (FORMAT BINARY)") as copy:
+            with cursor.cursor.copy(f"COPY {part} ({listed}) FROM STDIN (FORMAT BINARY)") as copy:
                 copy.set_types(types)
                 for row in rows:
                     copy.write_row(row)
         else:  # as the ORM stores them: SQLite keeps naive UTC text; the rows share a few times
             adapt = connection.ops.adapt_datetimefield_value
             adapted = {value: adapt(value) for value in {row[time_column] for row in rows}}
-            cursor.executemany(
-                f"INSERT INTO {part} ({listed(columns)}) VALUES ({', '.join(['%s'] * len(columns))})",
-                [(*row[:time_column], adapted[row[time_column]], *row[time_column + 1:]) for row in rows])
-        yield part  # should a statement fail, the transaction's rollback takes the loaded rows away too
+            before, after = time_column, time_column + 1
+            cursor.executemany(f"INSERT INTO {part} ({listed}) VALUES ({', '.join(['%s'] * len(columns))})",
+                               [(*row[:before], adapted[row[before]], *row[after:]) for row in rows])
+        # WHERE true: without it SQLite reads the ON CONFLICT after a bare FROM as a join's ON.
+        cursor.execute(f"INSERT INTO {table} ({listed}) SELECT {listed} FROM {part} WHERE true "
+                       f"ON CONFLICT ({', '.join(map(q, key))}) DO UPDATE SET {assignments(table, connection.vendor)}")
         # TRUNCATE on PostgreSQL: autovacuum never visits temporary tables, so deleted rows would pile up.
         cursor.execute(f"TRUNCATE {part}" if postgres else f"DELETE FROM {part}")
-
-
-def upsert(model: type[Model], columns: Sequence[str], key: Sequence[str], assignments: Callable[[str, str], str],
-           select: str) -> None:
-    """INSERT the rows of ``select`` (values in ``columns`` order) into the model's table, merging a row
-    whose ``key`` exists by ``assignments(table, vendor)``. ``select`` needs a WHERE clause (``WHERE
-    true`` will do): SQLite reads the ON CONFLICT after a bare FROM as a join's ON."""
-    q = connection.ops.quote_name
-    table = q(model._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {table} ({listed(columns)}) {select} "
-                       f"ON CONFLICT ({listed(key)}) DO UPDATE SET {assignments(table, connection.vendor)}")
 
 
 def load_checkpoint(stream: str) -> tuple[int, int]:

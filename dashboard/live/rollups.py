@@ -197,7 +197,7 @@ class RollupAccumulator:
                     who = None  # not allocated
                 newest = current.get(gpu_id)
                 slots.append(newest[1] if newest is not None and newest[0] == who
-                             else usage.slot(gpu_id, who, get("name") or ""))
+                             else usage.slot(gpu_id, node, who, get("name") or ""))
             sizes.append(len(ids) - read)
             times.append(sample["ts"])
             intervals.append(sample["interval"])
@@ -267,10 +267,25 @@ class RollupAccumulator:
     def pending_rows(self) -> int:
         return sum(bucket.cells for bucket in self.minutes.values())
 
-    def usage_rows(self) -> list[tuple]:
-        """The GpuUsage rows of every unwritten minute (usage_store merges them)."""
-        return [row for minute in sorted(self.minutes)
-                for row in self.minutes[minute].usage.rows(dt.datetime.fromtimestamp(minute, dt.UTC), self.gpus)]
+    def usage_rows(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """The GpuUsage, UsageHour and ClusterUsage rows of every unwritten minute (usage_store merges them)."""
+        gpu_rows: list[tuple] = []
+        hours: dict[tuple, list] = {}
+        cluster_rows = []
+        for minute in sorted(self.minutes):
+            start = dt.datetime.fromtimestamp(minute, dt.UTC)
+            rows, groups, total = self.minutes[minute].usage.rows(start, self.gpus)
+            if not rows:
+                continue
+            gpu_rows += rows
+            cluster_rows.append((start, int(total[0]), *total[1:]))
+            hour = dt.datetime.fromtimestamp(minute - minute % 3600, dt.UTC)
+            for group, sums in groups.items():
+                into = hours.setdefault((hour, *group), [0.0] * len(sums))
+                for column, value in enumerate(sums):
+                    into[column] += value
+        hour_rows = [(*key, int(sums[0]), *sums[1:]) for key, sums in hours.items()]
+        return gpu_rows, hour_rows, cluster_rows
 
     def write(self) -> int:
         """Merge every partial minute and the checkpoint in one transaction; return rows merged.
@@ -285,7 +300,7 @@ class RollupAccumulator:
         rows = [row for minute in sorted(self.minutes) for row in self.minutes[minute].rows(minute, self.gpus)]
         with transaction.atomic():
             rollup_store.merge_rollups(rows)
-            usage_store.merge_usage(self.usage_rows())
+            usage_store.merge_usage(*self.usage_rows())
             if self.high_water != self.written_mark:
                 rollup_store.save_checkpoint(self.stream, self.high_water)
         self.minutes = {}

@@ -16,15 +16,15 @@ counted twice). gpulse/usage.py says what allocated, busy and owner mean.
   MAX_WATTS over the gap: a node is untrusted), it is power × interval.
 - **Rows**: GpuUsage per (node, GPU, minute, owner); UsageHour the same summed
   per (hour, node, GPU model, owner), which the tables read; ClusterUsage per
-  minute, which the chart reads. usage_store sums the two from the GPU rows in
-  SQL, in the same transaction, so the three agree.
+  minute, which the chart reads. All three are summed from the same slots, in
+  numpy, and written in one transaction.
 
-The per-GPU Python is the owner and a slot number (the sums' row); the sums
-themselves are added in numpy once per fold, like the rollups'.
+The per-GPU Python is the owner and a slot number (the sums' row, made on the
+GPU's first reading with that owner in the minute); the sums themselves are
+added in numpy once per fold, like the rollups'.
 """
 
 import datetime as dt
-from collections.abc import Iterator
 
 import numpy as np
 
@@ -42,21 +42,27 @@ Who = tuple[str, str, str] | None
 
 
 class MinuteUsage:
-    """One minute's sums per (GPU id, owner)."""
+    """One minute's sums per (GPU id, owner), each such "slot" also in its UsageHour group
+    (node, GPU model, owner)."""
 
     def __init__(self):
         self.slots: dict[tuple[int, Who], int] = {}
         self.owners: list[tuple[int, Who, str]] = []  # per slot: GPU id, owner, GPU model
+        self.allocated: list[bool] = []  # per slot: its owner is not None
+        self.groups: dict[tuple, int] = {}  # (node, GPU model, user, job, pod) -> group
+        self.group_of: list[int] = []  # per slot
         self.current: dict[int, tuple[Who, int]] = {}  # GPU id -> (owner, slot) of its newest reading
         self.sums = np.zeros((0, 4))
 
-    def slot(self, gpu_id: int, who: Who, model: str) -> int:
+    def slot(self, gpu_id: int, node: str, who: Who, model: str) -> int:
         """The slot of the GPU's readings with this owner, made on its first reading."""
         key = (gpu_id, who)
         slot = self.slots.get(key)
         if slot is None:
             slot = self.slots[key] = len(self.owners)
             self.owners.append((gpu_id, who, model))
+            self.allocated.append(who is not None)
+            self.group_of.append(self.groups.setdefault((node, model, *(who or NOBODY)), len(self.groups)))
         self.current[gpu_id] = (who, slot)
         return slot
 
@@ -70,30 +76,27 @@ class MinuteUsage:
                                 (JOULES, joules)):
             self.sums[:, column] += np.bincount(slots, weights, minlength=size)
 
-    def samples(self) -> int:
-        return int(self.sums[:, SAMPLES].sum())
-
-    def rows(self, start: dt.datetime, gpus: list[tuple[str, int]]) -> Iterator[tuple]:
-        """GpuUsage rows: node, gpu, minute, user, job, pod, model, then models.USAGE_SUMS in order.
+    def rows(self, start: dt.datetime, gpus: list[tuple[str, int]]) -> tuple[list[tuple], dict[tuple, list], list]:
+        """The minute's GpuUsage rows (node, gpu, minute, user, job, pod, model, then models.USAGE_SUMS),
+        its sums per UsageHour group (``groups``' key: USAGE_SUMS) and its total (USAGE_SUMS).
         ``gpus``: (node, GPU index) per GPU id."""
-        sums = self.sums.tolist()
-        for (gpu_id, who, model), (samples, seconds, busy, joules) in zip(self.owners, sums, strict=True):
+        sums, allocated = self.sums, np.array(self.allocated, dtype=float)
+        table = np.column_stack((sums[:, SAMPLES], sums[:, SECONDS], sums[:, SECONDS] * allocated,
+                                 sums[:, BUSY_SECONDS] * allocated, sums[:, JOULES]))
+        by_group = np.zeros((len(self.groups), table.shape[1]))
+        np.add.at(by_group, self.group_of, table)
+        per_slot = table.tolist()
+        gpu_rows = []
+        for (gpu_id, who, model), row in zip(self.owners, per_slot, strict=True):
             if who is None:
-                merged = self.slots.get((gpu_id, NOBODY))
-                if merged is not None:
-                    # Allocated to nobody anyone could name, and at other times not allocated: one row,
-                    # emitted with the allocated slot's.
-                    continue
-                allocated = busy = 0.0
+                if (gpu_id, NOBODY) in self.slots:
+                    continue  # allocated to nobody anyone could name, and at other times free: one row, below
                 who = NOBODY
-            else:
-                allocated = seconds
-                free = self.slots.get((gpu_id, None))
-                if who == NOBODY and free is not None:
-                    samples, seconds, joules = (samples + sums[free][SAMPLES], seconds + sums[free][SECONDS],
-                                                joules + sums[free][JOULES])
+            elif who == NOBODY and (free := self.slots.get((gpu_id, None))) is not None:
+                row = [mine + other for mine, other in zip(row, per_slot[free], strict=True)]
             node, index = gpus[gpu_id]
-            yield (node, index, start, *who, model, int(samples), seconds, allocated, busy, joules)
+            gpu_rows.append((node, index, start, *who, model, int(row[0]), *row[1:]))
+        return gpu_rows, dict(zip(self.groups, by_group.tolist(), strict=True)), table.sum(axis=0).tolist()
 
 
 class EnergyCounters:
