@@ -8,6 +8,7 @@ reads the GPUs through the real nvidia-ml-py binding on the NVML stand-in.
 
 import contextlib
 import logging
+import re
 import shutil
 import tempfile
 import threading
@@ -16,7 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+import yaml
 
+from collectors.cli import build_parser
 from collectors.pod_resources import (
     DEADLINE,
     MAX_RESPONSE,
@@ -266,3 +269,18 @@ def test_the_collector_cli_reads_the_socket_it_is_given_and_its_first_sample_car
     assert result.returncode == 0, result.stderr
     sample = schema.parse(result.stdout)
     assert [gpu.get("k8s") for gpu in sample["gpus"]] == [TRAINER, TRAINER, SERVER, None]
+
+
+def test_the_documented_daemonset_gives_the_collector_the_kubelets_socket_folder():
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "deploy-kubernetes.md").read_text()
+    manifests = [document for block in re.findall(r"```yaml\n(.*?)```", guide, re.S)
+                 for document in yaml.safe_load_all(block) if document]
+    [daemonset] = [m for m in manifests if m.get("kind") == "DaemonSet" and m["metadata"]["name"] == "gpulse-node"]
+    pod = daemonset["spec"]["template"]["spec"]
+    [collector] = [c for c in pod["containers"] if c["name"] == "collector"]
+    args = build_parser().parse_args(collector["command"][3:])
+
+    [mount] = [m for m in collector["volumeMounts"] if Path(m["mountPath"]) == args.kubelet_pod_resources.parent]
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["hostPath"]["path"] == mount["mountPath"] and mount["readOnly"] is True
+    assert collector["securityContext"]["runAsUser"] == 0  # the kubelet's socket is root's
