@@ -128,8 +128,12 @@ def gpu_owners(response) -> tuple[dict[str, dict], list[str]]:
 
 def list_pod_resources(socket: Path, deadline: float = DEADLINE):
     """Ask the kubelet at ``socket`` for its pods; raise PodResourcesUnavailable saying why it did not answer."""
-    if not socket.exists():
-        raise NoSocket(f"no kubelet pod-resources socket at {socket} (not a Kubernetes node?)")
+    try:
+        socket.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise NoSocket(f"no kubelet pod-resources socket at {socket} (not a Kubernetes node?)") from None
+    except OSError as exc:  # /var/lib/kubelet is root's alone on many nodes
+        raise PodResourcesUnavailable(f"kubelet pod-resources at {socket}: {exc.strerror}") from None
     # A channel per question: on a unix socket it costs little every REFRESH seconds, and a new
     # one connects at once to a restarted kubelet instead of waiting out a reconnect backoff.
     with grpc.insecure_channel(f"unix:{socket.absolute()}",
