@@ -26,7 +26,8 @@ MAX_PROC_FILE = 64 * 1024
 # the root: a user who may create cgroups (a systemd user slice, a delegated job subtree) only
 # does so below a path of their own, so they can neither name another job nor smuggle text in.
 _JOB = r"job_(?P<job>\d{1,10})/step_(?P<step>\d{1,10}|batch|extern|interactive)"
-_UUID = "-".join(f"[0-9a-f]{{{n}}}" for n in (8, 4, 4, 4, 12))
+# A lowercase UUID as the kubelet and NVML write it (pod UIDs, GPU UUIDs).
+UUID = "-".join(f"[0-9a-f]{{{n}}}" for n in (8, 4, 4, 4, 12))
 # In a systemd unit name "-" separates the slices above it, so the kubelet writes the UID's dashes as "_".
 _UUID_UNDERSCORES = "_".join(f"[0-9a-f]{{{n}}}" for n in (8, 4, 4, 4, 12))
 _CONTAINER = r"(?P<container>[0-9a-f]{64})"
@@ -40,7 +41,7 @@ CGROUP_FORMATS = (
     re.compile(rf"/system\.slice/(?:[A-Za-z0-9][A-Za-z0-9.-]*_)?slurmstepd\.scope/{_JOB}{_BELOW}"),
     # The kubelet's cgroupfs driver: /kubepods[/burstable|/besteffort]/pod<uid>/<container id>;
     # a Guaranteed pod has no QoS level.
-    re.compile(rf"/kubepods(?:/burstable|/besteffort)?/pod(?P<pod_uid>{_UUID})/{_CONTAINER}{_BELOW}"),
+    re.compile(rf"/kubepods(?:/burstable|/besteffort)?/pod(?P<pod_uid>{UUID})/{_CONTAINER}{_BELOW}"),
     # The kubelet's systemd driver: /kubepods.slice/kubepods-burstable.slice/
     # kubepods-burstable-pod<uid with _>.slice/cri-containerd-<id>.scope (docker-, crio- by runtime).
     re.compile(

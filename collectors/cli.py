@@ -28,6 +28,8 @@ from gpulse.ratelog import RateLimitedLog
 log = logging.getLogger("gpulse.collector")
 
 SOURCE_RETRY_MAX = 60.0  # s between attempts to open a source that is unavailable
+# Where the kubelet serves its pod-resources API (collectors/pod_resources.py).
+KUBELET_POD_RESOURCES = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--procfs", type=folder, default=Path("/proc"),
                         help="where procfs is mounted, for the host's CPU and memory and the owner, command, "
                              "container and job of GPU processes with --source nvml (default %(default)s)")
+    parser.add_argument("--kubelet-pod-resources", type=Path, default=KUBELET_POD_RESOURCES, metavar="SOCKET",
+                        help="the kubelet's pod-resources socket, which --source nvml asks in the background which "
+                             "pod holds each GPU; no socket there: GPUs are not attributed to pods "
+                             "(default %(default)s)")
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
                         help="Redis to write to (default: $REDIS_URL, else %(default)s)")
     parser.add_argument("--interval", type=positive_float, default=1.0, help="seconds between samples (default 1)")
@@ -164,7 +170,7 @@ def nvml_source(args: argparse.Namespace) -> Source:
     from collectors.nvml import NvmlSource
 
     return NvmlSource(args.node_name or socket.gethostname(), args.interval, sysfs=args.sysfs, procfs=args.procfs,
-                      group=args.group)
+                      group=args.group, pod_resources=args.kubelet_pod_resources)
 
 
 def dcgm_source(args: argparse.Namespace) -> Source:

@@ -24,6 +24,7 @@ import pynvml
 
 from collectors.attribution import PROC, describe_process
 from collectors.infiniband import read_ports
+from collectors.pod_resources import PodResources
 from collectors.sources import SourceUnavailable
 from gpulse.schema import (
     GPU_METRIC_NAMES,
@@ -497,7 +498,8 @@ class NvmlSource:
     name = "nvml"
 
     def __init__(self, node_name: str, interval: float, read_timeout: float | None = None,
-                 sysfs: Path | None = None, procfs: Path | None = None, group: str | None = None):
+                 sysfs: Path | None = None, procfs: Path | None = None, group: str | None = None,
+                 pod_resources: Path | None = None):
         """Initialise NVML now; raise SourceUnavailable with a one-line reason if it cannot be.
 
         With ``sysfs`` (the folder where sysfs is mounted, /sys on the node), each
@@ -507,6 +509,8 @@ class NvmlSource:
         container given the host's /proc reports the node, not the container.
         ``group`` (a Slurm partition, a Kubernetes node pool) goes out as
         ``system.group``: version_skew compares the node with its group.
+        With ``pod_resources`` (the kubelet's pod-resources socket), each GPU a
+        pod holds carries that pod as ``k8s`` (collectors/pod_resources.py).
         """
         if procfs is not None:
             psutil.PROCFS_PATH = str(procfs)  # psutil's documented setting; one source per process
@@ -537,6 +541,10 @@ class NvmlSource:
         if group is not None:
             self.system["group"] = group
         log.info("NVML: driver %s, CUDA %s, %d GPUs", self.system["driver"], self.system["cuda"], count)
+        # Started once NVML is open: a node without a driver, retrying, asks the kubelet nothing.
+        self._pods = None if pod_resources is None else PodResources(pod_resources)
+        if self._pods is not None:
+            self._pods.start()
 
     def sample(self) -> list[dict]:
         ts = time.time()
@@ -551,6 +559,11 @@ class NvmlSource:
         }
         wait([future for future in pending.values() if future is not None], timeout=self.read_timeout)
         gpus = [self._gpu_result(reader, future) for reader, future in pending.items()]
+        if self._pods is not None:
+            for gpu in gpus:
+                workload = self._pods.owner(gpu["uuid"])
+                if workload is not None:  # absent, not null, where no pod holds it: as the dcgm source
+                    gpu["k8s"] = workload
         sample = {"v": SCHEMA_VERSION, "node": self.node_name, "ts": ts, "interval": self.interval,
                   "gpus": gpus, "host": host, "system": dict(self.system)}
         if self.sysfs is not None:
@@ -576,6 +589,8 @@ class NvmlSource:
         if self._closed:
             return
         self._closed = True
+        if self._pods is not None:
+            self._pods.stop()
         for reader in self._readers:
             reader.stop()  # a stuck reader ends when its call returns
             if not reader.busy:

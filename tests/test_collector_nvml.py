@@ -44,9 +44,9 @@ def open_source(fake_library, monkeypatch):
     """Return a function that configures the fake and opens an NvmlSource on it."""
     sources = []
 
-    def open_(read_timeout=None, **settings):
+    def open_(read_timeout=None, pod_resources=None, **settings):
         monkeypatch.setenv("FAKE_NVML_CONFIG", fake_nvml.config(**settings))
-        source = NvmlSource("gpu-01", 1.0, read_timeout=read_timeout)
+        source = NvmlSource("gpu-01", 1.0, read_timeout=read_timeout, pod_resources=pod_resources)
         sources.append(source)
         return source
 
