@@ -5,7 +5,7 @@ the operating system's colour scheme light and dark. A page passes when it is no
 than the viewport (wide tables scroll inside themselves), the log-out button is on
 screen, and every piece of text on it meets WCAG 2.2 AA contrast (4.5:1, 3:1 for large
 text) against the background it is drawn on, computed here from the rendered colours.
-Every page also passes axe-core's WCAG 2.2 A and AA rules, at each width and in each scheme.
+Every page also passes axe-core's checks (tests/axe.py), at each width and in each scheme.
 
 GPULSE_PAGE_SHOTS=<folder> also saves a full-page screenshot of each, for a person to look at.
 """
