@@ -1,5 +1,6 @@
 """What the overview tells a screen reader as the cluster changes: its live regions
-(role="status", static/gpulse/announce.js) speak a change of state once, not every tick."""
+(role="status", static/gpulse/announce.js) speak a change of state once, not every tick
+of the frame age or every retry of the connection."""
 
 import os
 import signal
@@ -84,3 +85,22 @@ def test_frames_that_stop_and_come_back_are_announced_once_each(admin_page, runn
         os.kill(ingest.pid, signal.SIGCONT)
     page.wait_for_function(says("said-frames", "Live frames arrive again: the data shown is current."))
     assert page.evaluate("() => window.writes") == {"said-frames": 2, "said-connection": 0}
+
+
+def test_a_lost_connection_is_announced_once_however_often_the_page_retries(admin_page, running_system):
+    page = admin_page
+    open_overview(page, running_system)
+    page.wait_for_function("() => document.getElementById('conn-state').textContent === 'live'")
+    page.evaluate(COUNT_WRITES, ["said-connection"])
+    page.evaluate("""() => {
+      window.shown = new Set();
+      new MutationObserver(() => window.shown.add(document.getElementById("conn-state").textContent))
+        .observe(document.getElementById("conn-state"), {childList: true});
+    }""")
+    with running_system.web_down():
+        page.wait_for_function(says("said-connection", "Connection to the server lost: reconnecting."))
+        # The state on screen: each retry's countdown, "connecting…" between them.
+        page.wait_for_function("() => window.shown.size >= 4", timeout=30_000)
+        assert page.evaluate("() => window.writes['said-connection']") == 1
+    page.wait_for_function(says("said-connection", "Connected: the page is live."), timeout=30_000)
+    assert page.evaluate("() => window.writes['said-connection']") == 2
