@@ -43,6 +43,20 @@ slurm:
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge \
 	  && if [ -d /run/systemd/system ]; then systemctl disable --now slurmctld slurmd munge; fi)
 
+# axe-core, which the browser tests run in every page, from npm: the version and
+# checksum package-lock.json pins, into node_modules/, again only when the lock
+# changes. Debian's npm when the machine has none.
+.PHONY: axe
+axe: node_modules/axe-core/axe.min.js
+
+node_modules/axe-core/axe.min.js: package.json package-lock.json
+	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm)
+	npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+# One more prerequisite of `make test` (its rule below).
+test: axe
+
 # PYTEST_ARGS narrows a run, e.g. PYTEST_ARGS='-m "not browser"' or a test file.
 test: $(STAMP) system-packages
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -4,7 +4,11 @@ A pytest plugin: list it in ``pytest_plugins`` (never import the fixture into a
 test module, which would start a second system).
 """
 
+import os
+import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import orjson
@@ -46,6 +50,20 @@ class RunningSystem:
     def process(self, name: str):
         """Return the Popen of one of the stack's processes ("web", "ingest", "collector", ...)."""
         return next(process for process_name, process in self.stack.processes if process_name == name)
+
+    @contextmanager
+    def web_down(self) -> Iterator[None]:
+        """Stop the web server (every browser's websocket closes), and start it again on
+        the same port when the block ends."""
+        web = self.process("web")
+        os.killpg(web.pid, signal.SIGTERM)
+        web.wait(10)
+        self.stack.processes.remove(("web", web))
+        try:
+            yield
+        finally:
+            self.stack.spawn("web", "web", *web.args)
+            self.stack.wait_for_web()
 
 
 def wait_for_fleet(client: redis.Redis, nodes: int, gpus: int, timeout: float = 60.0) -> None:

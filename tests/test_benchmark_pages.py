@@ -119,7 +119,7 @@ def test_the_job_page_shows_its_progress_while_it_runs_and_its_versions_as_a_tab
     done = finished_job([row(1024, 1.0, 1.0)], nodes=["<b>node</b>"])
     html = client.get(f"/benchmarks/{done.pk}/").content.decode()
     assert 'id="job-progress"' not in html
-    versions = re.search(r'<table class="table" id="versions">.*?</table>', html, re.S).group(0)
+    versions = re.search(r'<table class="table" id="versions"[^>]*>.*?</table>', html, re.S).group(0)
     assert re.findall(r"<th>(.*?)</th>", versions) == ["Node", "torch", "nccl", "driver", "hostname"]
     assert "<td>&lt;b&gt;node&lt;/b&gt;</td><td>2.5.1</td><td>–</td><td>550.54</td>" in versions
     assert "<b>node</b>" not in html

@@ -1,9 +1,7 @@
 """In a browser: launch a 2-node all-reduce on the running system, watch its rows arrive,
 see the chart; a user without the permission gets 403; a POST without CSRF is refused."""
 
-import os
 import re
-import signal
 
 import pytest
 
@@ -111,17 +109,11 @@ def test_the_job_page_reconnects_after_a_web_restart_and_shows_how_the_job_ended
     admin_page.wait_for_function("() => document.querySelector('#job-progress').value === 1")
     assert admin_page.text_content("#job-progress-text") == "1 of 2"
 
-    name, web = next(entry for entry in stack.processes if entry[0] == "web")
-    os.killpg(web.pid, signal.SIGTERM)
-    web.wait(10)
-    # While the web server is away the job finishes.
-    job_events.emit(client, keys, job, {"kind": "row", "row": dict(row, size=2048)})
-    stack.manage("shell", "-c", "from dashboard.benchmarks.models import BenchmarkJob as J; "
-                 f"J.objects.filter(pk={job}).update(status='succeeded')")
-    job_events.emit(client, keys, job, {"kind": "final", "status": "succeeded", "reason": ""})
-    stack.processes.remove((name, web))
-    stack.spawn("web", "web", *web.args)
-    stack.wait_for_web()
+    with running_system.web_down():  # while the web server is away the job finishes
+        job_events.emit(client, keys, job, {"kind": "row", "row": dict(row, size=2048)})
+        stack.manage("shell", "-c", "from dashboard.benchmarks.models import BenchmarkJob as J; "
+                     f"J.objects.filter(pk={job}).update(status='succeeded')")
+        job_events.emit(client, keys, job, {"kind": "final", "status": "succeeded", "reason": ""})
     assert admin_page.text_content("#job-status").strip() == "running"
 
     admin_page.wait_for_function("() => document.querySelector('#job-status').textContent.trim() === 'succeeded'",

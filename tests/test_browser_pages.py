@@ -5,6 +5,7 @@ the operating system's colour scheme light and dark. A page passes when it is no
 than the viewport (wide tables scroll inside themselves), the log-out button is on
 screen, and every piece of text on it meets WCAG 2.2 AA contrast (4.5:1, 3:1 for large
 text) against the background it is drawn on, computed here from the rendered colours.
+Every page also passes axe-core's checks (tests/axe.py), at each width and in each scheme.
 
 GPULSE_PAGE_SHOTS=<folder> also saves a full-page screenshot of each, for a person to look at.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.axe import axe_violations, describe
 from tests.browser import log_in
 
 pytestmark = pytest.mark.browser
@@ -164,47 +166,65 @@ def page_paths(admin_context, running_system) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
-@pytest.mark.parametrize("width", VIEWPORTS)
-def test_every_page_fits_the_screen_and_its_text_is_readable(chromium, running_system, page_paths, width, scheme):
-    shots = os.environ.get("GPULSE_PAGE_SHOTS")
-    problems = []
+def every_page(chromium, system, paths: dict[str, str], width: str, scheme: str):
+    """Open each page of ``paths`` at ``width`` in ``scheme``, the login page logged out and
+    the others logged in; yield its name and the page once it has drawn from live data."""
     for logged_in in (False, True):
         context = chromium.new_context(viewport=VIEWPORTS[width], color_scheme=scheme)
         page = context.new_page()
         page.set_default_timeout(15_000)
         if logged_in:
-            log_in(page, running_system.base_url, running_system.username, running_system.password, "/healthz")
+            log_in(page, system.base_url, system.username, system.password, "/healthz")
         try:
-            for name, path in page_paths.items():
+            for name, path in paths.items():
                 if (name == "login") == logged_in:
                     continue
-                page.goto(running_system.base_url + path)
+                page.goto(system.base_url + path)
                 page.wait_for_function(READY.get(name, "() => document.readyState === 'complete'"))
                 assert page.evaluate("() => matchMedia('(prefers-color-scheme: dark)').matches") == (scheme == "dark")
-                where = f"{name} ({path}) at {width}, {scheme}"
-                if shots:
-                    Path(shots).mkdir(parents=True, exist_ok=True)
-                    page.screenshot(path=f"{shots}/{name}-{width}-{scheme}.png", full_page=True)
-
-                overflow = page.evaluate(OVERFLOW)
-                if overflow["scrollWidth"] > overflow["innerWidth"]:
-                    problems.append(f"{where}: page is {overflow['scrollWidth']} px wide in {overflow['innerWidth']}:"
-                                    f" {overflow['wide']}")
-                button = page.evaluate(LOGOUT_BUTTON)
-                if logged_in and not (
-                    button and 0 <= button["left"] and button["right"] <= button["width"] and button["top"] >= 0
-                ):
-                    problems.append(f"{where}: the log-out button is off screen: {button}")
-
-                for text in page.evaluate(TEXT_COLOURS):
-                    needed = 3.0 if is_large(text) else 4.5
-                    ratio = contrast(text["color"], text["background"])
-                    if text["opacity"] < 1 or ratio < needed:
-                        problems.append(f"{where}: {text['what']} {text['color']} on {text['background']}"
-                                        f" opacity {text['opacity']:.2f}: {ratio:.2f}:1 < {needed}:1")
+                yield name, page
         finally:
             context.close()
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("width", VIEWPORTS)
+def test_every_page_fits_the_screen_and_its_text_is_readable(chromium, running_system, page_paths, width, scheme):
+    shots = os.environ.get("GPULSE_PAGE_SHOTS")
+    problems = []
+    for name, page in every_page(chromium, running_system, page_paths, width, scheme):
+        where = f"{name} ({page_paths[name]}) at {width}, {scheme}"
+        if shots:
+            Path(shots).mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=f"{shots}/{name}-{width}-{scheme}.png", full_page=True)
+
+        overflow = page.evaluate(OVERFLOW)
+        if overflow["scrollWidth"] > overflow["innerWidth"]:
+            problems.append(f"{where}: page is {overflow['scrollWidth']} px wide in {overflow['innerWidth']}:"
+                            f" {overflow['wide']}")
+        button = page.evaluate(LOGOUT_BUTTON)
+        if name != "login" and not (
+            button and 0 <= button["left"] and button["right"] <= button["width"] and button["top"] >= 0
+        ):
+            problems.append(f"{where}: the log-out button is off screen: {button}")
+
+        for text in page.evaluate(TEXT_COLOURS):
+            needed = 3.0 if is_large(text) else 4.5
+            ratio = contrast(text["color"], text["background"])
+            if text["opacity"] < 1 or ratio < needed:
+                problems.append(f"{where}: {text['what']} {text['color']} on {text['background']}"
+                                f" opacity {text['opacity']:.2f}: {ratio:.2f}:1 < {needed}:1")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("width", VIEWPORTS)
+def test_every_page_passes_axe(chromium, running_system, page_paths, width, scheme):
+    """axe-core (tests/axe.py: WCAG 2.2 A and AA, best practices) on every page, as drawn at each width
+    and in each colour scheme: names for fields, buttons, links and charts, contrast, structure."""
+    problems = []
+    for name, page in every_page(chromium, running_system, page_paths, width, scheme):
+        problems += describe(axe_violations(page), f"{name} ({page_paths[name]}) at {width}, {scheme}")
     assert not problems, "\n".join(problems)
 
 

@@ -21,6 +21,7 @@
     box.type = "checkbox";
     box.name = "id";
     box.value = String(job.id);
+    box.setAttribute("aria-label", `Compare job #${Number(job.id)}`);
     const link = document.createElement("a");
     link.href = `/benchmarks/${Number(job.id)}/`;
     link.textContent = `#${Number(job.id)}`;

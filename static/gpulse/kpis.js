@@ -1,10 +1,12 @@
 /* The overview's KPI cards: nodes, GPUs, utilization, power, memory from the
  * cluster model (GpulseCluster); alerts, benchmark jobs and the GPUs allocated but idle
- * from the frames' summary. */
+ * from the frames' summary. A change in the number of alerts firing is also announced
+ * to screen readers (announce.js). */
 (function () {
   "use strict";
 
   const F = window.GpulseFormat;
+  const sayFiring = window.GpulseAnnounce.announcer("said-firing");
 
   function setText(id, text) {
     const el = document.getElementById(id);
@@ -26,6 +28,10 @@
       parts.push(b.busbw.toFixed(2) + " GB/s" + trend + " " + b.nodes);
     }
     return parts.join(" · ");
+  }
+
+  function firingWords(n) {
+    return n === 0 ? "No alerts firing." : n === 1 ? "1 alert firing." : n + " alerts firing.";
   }
 
   function render(model) {
@@ -72,6 +78,7 @@
     const s = model.summary;
     setText("kpi-alerts", F.isNum(s.alerts_firing) ? String(s.alerts_firing) : "—");
     document.getElementById("kpi-alerts").classList.toggle("status-down", s.alerts_firing > 0);
+    if (F.isNum(s.alerts_firing)) sayFiring(firingWords(s.alerts_firing));
     setText("kpi-jobs", F.isNum(s.jobs_running) ? s.jobs_running + " running" : "—");
     setText("kpi-queued", (F.isNum(s.jobs_queued) ? s.jobs_queued : "—") + " queued");
     setText("kpi-throughput", throughputText(s));

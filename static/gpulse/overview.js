@@ -64,6 +64,7 @@
     return Array.from(select.options).some(function (option) { return option.value === value; });
   }
 
+  const sayFrames = window.GpulseAnnounce.announcer("said-frames");
   let socket = null;
   let lastResync = 0;
   let lastFrameAt = null;
@@ -151,6 +152,8 @@
     const seconds = (performance.now() - lastFrameAt) / 1000;
     const late = seconds > FRAME_LATE_S;
     els.frameAge.classList.toggle("late", late);
+    sayFrames(late ? "No live frame for over " + FRAME_LATE_S + " s: the data shown is not current."
+                   : "Live frames arrive again: the data shown is current.");
     els.frameAge.textContent = late
       ? "no live frame for " + F.age(seconds) + ": data is not current (ingest, Redis or the connection is down)"
       : "last frame " + seconds.toFixed(1) + " s ago";

@@ -87,10 +87,24 @@
     }
   }
 
-  /* Show the state in element ``el`` (class conn-<state> colours it). */
+  /* The sentence a screen reader hears: the kind of state only, without a retry's countdown. */
+  function spokenState(state) {
+    switch (state) {
+      case "open": return "Connected: the page is live.";
+      case "logged-out": return "Logged out: reload the page to log in again.";
+      default: return "Connection to the server lost: reconnecting.";
+    }
+  }
+
+  const sayState = window.GpulseAnnounce.announcer("said-connection");
+
+  /* Show the state in element ``el`` (class conn-<state> colours it), and announce a change
+   * of it in the layout's live region (templates/base.html). "connecting" comes before the
+   * first connection and between every two retries: the state before it tells it all. */
   function showState(el, state, detail) {
     el.textContent = describeState(state, detail);
     el.className = "conn conn-" + state;
+    if (state !== "connecting") sayState(spokenState(state));
   }
 
   window.GpulseSocket = { connect: connect, describeState: describeState, showState: showState };
