@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint system-packages browser prometheus slurm clean
+.PHONY: demo test lint system-packages browser prometheus slurm axe clean
 
 $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,7 +46,6 @@ slurm:
 # axe-core, which the browser tests run in every page, from npm: the version and
 # checksum package-lock.json pins, into node_modules/, again only when the lock
 # changes. Debian's npm when the machine has none.
-.PHONY: axe
 axe: node_modules/axe-core/axe.min.js
 
 node_modules/axe-core/axe.min.js: package.json package-lock.json
@@ -54,11 +53,8 @@ node_modules/axe-core/axe.min.js: package.json package-lock.json
 	npm ci --ignore-scripts --no-audit --no-fund
 	touch $@
 
-# One more prerequisite of `make test` (its rule below).
-test: axe
-
 # PYTEST_ARGS narrows a run, e.g. PYTEST_ARGS='-m "not browser"' or a test file.
-test: $(STAMP) system-packages
+test: $(STAMP) system-packages axe
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff (pyflakes, pycodestyle, import order, bugbear) and mypy, configured in pyproject.toml.
@@ -67,4 +63,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .demo staticfiles
+	rm -rf $(VENV) .demo staticfiles node_modules
