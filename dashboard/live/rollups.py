@@ -59,7 +59,7 @@ class MinuteRollup:
     """One minute: (min, sum, max, count) per GPU and metric as numpy arrays indexed by GPU id
     (RollupAccumulator's), and the minute's usage."""
 
-    def __init__(self):
+    def __init__(self, minute: int):
         metrics = len(ROLLUP_METRICS)
         self.samples = np.zeros(0, dtype=np.int64)
         self.low = np.zeros((0, metrics))
@@ -67,7 +67,7 @@ class MinuteRollup:
         self.high = np.zeros((0, metrics))
         self.count = np.zeros((0, metrics), dtype=np.int64)
         self.cells = 0  # GPUs with a reading: the rows this minute writes
-        self.usage = MinuteUsage()
+        self.usage = MinuteUsage(dt.datetime.fromtimestamp(minute, dt.UTC))
 
     def fold(self, ids: np.ndarray, values: np.ndarray, gpus: int) -> None:
         """Merge readings (``values`` in ROLLUP_METRICS order, NaN for a null) of the GPUs ``ids``;
@@ -172,9 +172,11 @@ class RollupAccumulator:
             minute = int(sample["ts"] // 60) * 60
             bucket = self.minutes.get(minute)
             if bucket is None:
-                bucket = self.minutes[minute] = MinuteRollup()
+                bucket = self.minutes[minute] = MinuteRollup(minute)
             usage, node, read = bucket.usage, sample["node"], len(ids)
             current = usage.current
+            if len(current) < len(self.gpus):
+                current += [None] * (len(self.gpus) - len(current))
             for gpu in sample["gpus"]:
                 get = gpu.get
                 if get("lost"):
@@ -183,21 +185,29 @@ class RollupAccumulator:
                 gpu_id = known.get((node, index))
                 if gpu_id is None:
                     gpu_id = self._new_id(node, index)
+                    if gpu_id == len(current):
+                        current.append(None)
                 ids.append(gpu_id)
                 values.append(tuple(map(get, FIELDS)))
                 if not accounting:
                     continue
+                newest = current[gpu_id]
                 processes, k8s = get("processes"), get("k8s")
                 if k8s is None and processes and len(processes) == 1:  # the common case, owner() without its calls
                     process = processes[0]
+                    # The same process as in the GPU's newest reading: the same owner. (A pid reused by
+                    # another owner within the minute would count as the first's until the minute ends.)
+                    mark = process.get("pid")
+                    if newest is not None and newest[0] == mark:
+                        slots.append(newest[1])
+                        continue
                     who: Who = (process.get("user") or "", process.get("job") or "", process.get("pod_uid") or "")
                 elif processes or k8s and k8s.get("pod"):
-                    who = owner(gpu)
+                    who = mark = owner(gpu)
                 else:
-                    who = None  # not allocated
-                newest = current.get(gpu_id)
-                slots.append(newest[1] if newest is not None and newest[0] == who
-                             else usage.slot(gpu_id, node, who, get("name") or ""))
+                    who = mark = None  # not allocated
+                slots.append(newest[1] if newest is not None and newest[0] == mark
+                             else usage.slot(gpu_id, mark, node, index, who, get("name") or ""))
             sizes.append(len(ids) - read)
             times.append(sample["ts"])
             intervals.append(sample["interval"])
@@ -273,12 +283,12 @@ class RollupAccumulator:
         hours: dict[tuple, list] = {}
         cluster_rows = []
         for minute in sorted(self.minutes):
-            start = dt.datetime.fromtimestamp(minute, dt.UTC)
-            rows, groups, total = self.minutes[minute].usage.rows(start, self.gpus)
+            usage = self.minutes[minute].usage
+            rows, groups, total = usage.rows()
             if not rows:
                 continue
             gpu_rows += rows
-            cluster_rows.append((start, int(total[0]), *total[1:]))
+            cluster_rows.append((usage.start, int(total[0]), *total[1:]))
             hour = dt.datetime.fromtimestamp(minute - minute % 3600, dt.UTC)
             for group, sums in groups.items():
                 into = hours.setdefault((hour, *group), [0.0] * len(sums))

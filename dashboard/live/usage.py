@@ -25,6 +25,7 @@ added in numpy once per fold, like the rollups'.
 """
 
 import datetime as dt
+import operator
 
 import numpy as np
 
@@ -42,32 +43,42 @@ Who = tuple[str, str, str] | None
 
 
 class MinuteUsage:
-    """One minute's sums per (GPU id, owner), each such "slot" also in its UsageHour group
+    """One minute's sums per (GPU id, owner), a "slot", each also in its UsageHour group
     (node, GPU model, owner)."""
 
-    def __init__(self):
+    def __init__(self, start: dt.datetime):
+        self.start = start
         self.slots: dict[tuple[int, Who], int] = {}
-        self.owners: list[tuple[int, Who, str]] = []  # per slot: GPU id, owner, GPU model
+        self.keys: list[tuple] = []  # per slot, its GpuUsage row's key: node, gpu, minute, user, job, pod, model
         self.allocated: list[bool] = []  # per slot: its owner is not None
         self.groups: dict[tuple, int] = {}  # (node, GPU model, user, job, pod) -> group
         self.group_of: list[int] = []  # per slot
-        self.current: dict[int, tuple[Who, int]] = {}  # GPU id -> (owner, slot) of its newest reading
+        # Allocated to nobody anyone could name, and at other times free: both are the row
+        # (node, GPU, minute, "", "", ""). (free slot, allocated slot) pairs, summed into one row.
+        self.shared_rows: list[tuple[int, int]] = []
+        # Per GPU id, (mark, slot) of its newest reading (None before one); the mark is the owner,
+        # or the pid of its one process. A list: read for every reading, it is faster than a dict.
+        self.current: list[tuple[object, int] | None] = []
         self.sums = np.zeros((0, 4))
 
-    def slot(self, gpu_id: int, node: str, who: Who, model: str) -> int:
+    def slot(self, gpu_id: int, mark: object, node: str, index: int, who: Who, model: str) -> int:
         """The slot of the GPU's readings with this owner, made on its first reading."""
         key = (gpu_id, who)
         slot = self.slots.get(key)
         if slot is None:
-            slot = self.slots[key] = len(self.owners)
-            self.owners.append((gpu_id, who, model))
+            slot = self.slots[key] = len(self.keys)
+            named = who or NOBODY
+            self.keys.append((node, index, self.start, *named, model))
             self.allocated.append(who is not None)
-            self.group_of.append(self.groups.setdefault((node, model, *(who or NOBODY)), len(self.groups)))
-        self.current[gpu_id] = (who, slot)
+            self.group_of.append(self.groups.setdefault((node, model, *named), len(self.groups)))
+            other = self.slots.get((gpu_id, NOBODY) if who is None else (gpu_id, None)) if named == NOBODY else None
+            if other is not None:
+                self.shared_rows.append((slot, other) if who is None else (other, slot))
+        self.current[gpu_id] = (mark, slot)
         return slot
 
     def add(self, slots: np.ndarray, seconds: np.ndarray, busy: np.ndarray, joules: np.ndarray) -> None:
-        grow = len(self.owners) - len(self.sums)
+        grow = len(self.keys) - len(self.sums)
         if grow > 0:
             self.sums = np.concatenate([self.sums, np.zeros((grow, 4))])
         # bincount adds up a slot's readings however often it appears, faster than ufunc.at.
@@ -76,27 +87,26 @@ class MinuteUsage:
                                 (JOULES, joules)):
             self.sums[:, column] += np.bincount(slots, weights, minlength=size)
 
-    def rows(self, start: dt.datetime, gpus: list[tuple[str, int]]) -> tuple[list[tuple], dict[tuple, list], list]:
+    def rows(self) -> tuple[list[tuple], dict[tuple, list], list]:
         """The minute's GpuUsage rows (node, gpu, minute, user, job, pod, model, then models.USAGE_SUMS),
-        its sums per UsageHour group (``groups``' key: USAGE_SUMS) and its total (USAGE_SUMS).
-        ``gpus``: (node, GPU index) per GPU id."""
+        its sums per UsageHour group (``groups``' key: USAGE_SUMS) and its total (USAGE_SUMS)."""
         sums, allocated = self.sums, np.array(self.allocated, dtype=float)
         table = np.column_stack((sums[:, SAMPLES], sums[:, SECONDS], sums[:, SECONDS] * allocated,
                                  sums[:, BUSY_SECONDS] * allocated, sums[:, JOULES]))
         by_group = np.zeros((len(self.groups), table.shape[1]))
         np.add.at(by_group, self.group_of, table)
-        per_slot = table.tolist()
-        gpu_rows = []
-        for (gpu_id, who, model), row in zip(self.owners, per_slot, strict=True):
-            if who is None:
-                if (gpu_id, NOBODY) in self.slots:
-                    continue  # allocated to nobody anyone could name, and at other times free: one row, below
-                who = NOBODY
-            elif who == NOBODY and (free := self.slots.get((gpu_id, None))) is not None:
-                row = [mine + other for mine, other in zip(row, per_slot[free], strict=True)]
-            node, index = gpus[gpu_id]
-            gpu_rows.append((node, index, start, *who, model, int(row[0]), *row[1:]))
-        return gpu_rows, dict(zip(self.groups, by_group.tolist(), strict=True)), table.sum(axis=0).tolist()
+        total = table.sum(axis=0).tolist()
+        keys = self.keys
+        if self.shared_rows:
+            free, allocated_slot = (list(pair) for pair in zip(*self.shared_rows, strict=True))
+            table[allocated_slot] += table[free]  # the free slot's allocated and busy seconds are 0
+            keep = np.ones(len(keys), dtype=bool)
+            keep[free] = False
+            table, keys = table[keep], [key for key, kept in zip(keys, keep.tolist(), strict=True) if kept]
+        # One tuple per row, made by map and zip in C: key + sums.
+        columns = table.T.tolist()
+        gpu_rows = list(map(operator.add, keys, zip(table[:, 0].astype(np.int64).tolist(), *columns[1:], strict=True)))
+        return gpu_rows, dict(zip(self.groups, by_group.tolist(), strict=True)), total
 
 
 class EnergyCounters:
