@@ -163,11 +163,12 @@ def test_a_backlog_folded_at_once_counts_as_its_samples_one_by_one():
     assert [row[ENERGY] for row in at_once] == pytest.approx([1100.0, 300.0])
 
 
-def test_allocated_to_nobody_known_and_then_free_in_one_minute_is_one_row():
-    """A process the collector could not attribute, then none: both are (node, GPU, minute, "", "", "")."""
-    unattributed = process(None, None)
-    rows = fold(accumulator(), node_sample("n1", 60.0, [(50, [unattributed], None, 100.0, H100)]),
-                node_sample("n1", 61.0, [(0, [], None, 100.0, H100)]))
+@pytest.mark.parametrize("free_first", [False, True])
+def test_allocated_to_nobody_known_and_free_in_one_minute_is_one_row(free_first):
+    """A process the collector could not attribute, and none: both are (node, GPU, minute, "", "", "")."""
+    unattributed = node_sample("n1", 60.0, [(50, [process(None, None)], None, 100.0, H100)])
+    free = node_sample("n1", 61.0, [(0, [], None, 100.0, H100)])
+    rows = fold(accumulator(), *((free, unattributed) if free_first else (unattributed, free)))
     assert [row[3:] for row in rows] == [("", "", "", H100, 2, 2.0, 1.0, 1.0, 200.0)]
 
 
