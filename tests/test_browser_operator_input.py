@@ -109,6 +109,28 @@ def test_the_heatmap_is_one_tab_stop_whose_arrow_keys_walk_the_gpus(admin_page, 
     assert page.url == running_system.base_url + "/nodes/sim-01/"
 
 
+def test_the_node_tables_headers_sort_by_keyboard_and_keep_the_focus(admin_page, running_system):
+    page = admin_page
+    open_overview(page, running_system)
+    page.wait_for_function("() => document.querySelectorAll('#node-table tbody tr').length === 4")
+    sorts = "() => Array.from(document.querySelectorAll('#node-table th'), th => th.getAttribute('aria-sort'))"
+    assert page.evaluate(sorts)[:2] == ["ascending", "none"]
+    page.focus("#node-table th[data-key='temp'] button")
+    page.keyboard.press("Enter")
+    assert page.get_attribute("#node-table th[data-key='temp']", "aria-sort") == "descending"
+    assert page.get_attribute("#node-table th[data-key='name']", "aria-sort") == "none"
+    page.keyboard.press("Space")
+    assert page.get_attribute("#node-table th[data-key='temp']", "aria-sort") == "ascending"
+    temps = page.eval_on_selector_all("#node-table tbody tr", "trs => trs.map(tr => parseFloat(tr.cells[6].innerText))")
+    assert temps == sorted(temps), temps
+    frames = page.evaluate("window.gpulse.frames")
+    page.wait_for_function(f"() => window.gpulse.frames >= {frames + 3}")
+    focused = page.evaluate("() => [document.activeElement.tagName, document.activeElement.textContent]")
+    assert focused == ["BUTTON", "Max °C"]
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Power W"
+
+
 @pytest.fixture
 def phone(chromium, running_system):
     context = chromium.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
