@@ -25,6 +25,8 @@
 
     function pick(cell, touch) {
       els.said.textContent = heatmap.select(cell, touch);
+      // Arrow keys do not scroll the page (a tall heatmap of many nodes): the picked cell does.
+      if (cell && !touch) els.focusBox.scrollIntoView({ block: "nearest", inline: "nearest" });
     }
 
     els.heatmap.addEventListener("focus", function () {

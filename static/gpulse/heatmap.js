@@ -445,8 +445,9 @@
       }).join("");
     }
 
-    /* Draw the box on the picked cell and its tooltip beside it: the node and GPU it was, where
-     * they are now; if the node went, the cell now in its place. The tooltip's parts. */
+    /* Draw the box on the picked cell and, unless the pointer has the tooltip, the tooltip beside it:
+     * the node and GPU it was, where they are now; if the node went, the cell now in its place.
+     * The tooltip's parts, if it drew them. */
     function showPicked() {
       if (!drawn || !model.names.length) {
         els.focusBox.hidden = els.tooltip.hidden = true;
@@ -470,7 +471,7 @@
       box.width = Math.abs(x1 - x0) + "px";
       box.height = Math.abs(y1 - y0) + "px";
       els.focusBox.hidden = false;
-      if (hoverMouse) return describeCell(cell); // the pointer's tooltip stays where the pointer is
+      if (hoverMouse) return []; // the pointer's tooltip stays where the pointer is
       const plot = els.heatmap.getBoundingClientRect();
       return placeTooltip(cell, plot.left + Math.max(x0, x1) - 6, plot.top + Math.max(y0, y1) - 6);
     }
