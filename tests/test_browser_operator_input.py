@@ -40,13 +40,21 @@ def manage_shell(system, code: str) -> None:
     system.stack.manage("shell", "-c", "from dashboard.alerts.models import Rule\n" + code)
 
 
+def create_hot_rule(system) -> None:
+    """A rule that fires on sim-04's GPU 0 at the evaluator's next tick."""
+    manage_shell(system, f"Rule.objects.create(name={HOT_RULE!r}, metric='gpu.temp', comparison='>', "
+                         "threshold=1, node_glob='sim-04', gpu_index=0)")
+
+
+def delete_hot_rule(system) -> None:
+    manage_shell(system, f"Rule.objects.filter(name={HOT_RULE!r}).delete()")
+
+
 @pytest.fixture
 def hot_rule(running_system):
-    """A rule firing on sim-04's GPU 0 from ingest's next tick, deleted after the test."""
-    manage_shell(running_system, f"Rule.objects.create(name={HOT_RULE!r}, metric='gpu.temp', comparison='>', "
-                                 "threshold=1, node_glob='sim-04', gpu_index=0)")
+    create_hot_rule(running_system)
     yield HOT_RULE
-    manage_shell(running_system, f"Rule.objects.filter(name={HOT_RULE!r}).delete()")
+    delete_hot_rule(running_system)
 
 
 def open_overview(page, system, path="/"):
@@ -171,3 +179,25 @@ def test_a_tap_on_a_phone_previews_the_gpu_and_a_second_tap_opens_its_node(phone
     with phone.expect_navigation():
         phone.locator("#heat-tooltip-open").tap()
     assert phone.url == running_system.base_url + "/nodes/sim-03/"
+
+
+def test_the_node_pages_alerts_fire_and_resolve_without_a_reload(admin_page, running_system):
+    page = admin_page
+    page.goto(f"{running_system.base_url}/nodes/sim-04/")
+    assert page.text_content("#node-alerts-none") == "No alerts firing or pending on this node."
+    page.evaluate("window.sameDocument = true")  # gone after a reload
+    create_hot_rule(running_system)
+    try:
+        row = page.locator("#node-alert-table tr.status-firing")
+        row.wait_for(timeout=30_000)
+        cells = [cell.strip() for cell in row.locator("td").all_text_contents()]
+        assert cells[:4] == [HOT_RULE, "firing", "0", "GPU temperature above 1 °C"], cells
+        page.wait_for_selector("#gpu-table tbody tr.alerting")
+        assert page.locator("#gpu-table tbody tr.alerting td").first.text_content() == "0 ALERT"
+
+        manage_shell(running_system, f"Rule.objects.filter(name={HOT_RULE!r}).update(threshold=1000)")
+        page.wait_for_selector("#node-alerts-none", timeout=30_000)
+        page.wait_for_function("() => !document.querySelector('#gpu-table tbody tr.alerting')")
+        assert page.evaluate("window.sameDocument") is True
+    finally:
+        delete_hot_rule(running_system)
