@@ -20,7 +20,7 @@ PICKED = """() => {
     active: document.activeElement.id,
     box: box.hidden ? null : box.getBoundingClientRect().toJSON(),
     tip: tip.hidden ? null : document.getElementById("heat-tooltip-text").textContent,
-    link: link.hidden ? null : link.getAttribute("href"),
+    link: link.checkVisibility() ? link.getAttribute("href") : null,
     said: document.getElementById("heat-said").textContent,
     rows: document.getElementById("heatmap").layout.yaxis.ticktext.map(t => t.split(" ")[0]),
     frames: window.gpulse.frames,
@@ -79,6 +79,7 @@ def test_the_heatmap_is_one_tab_stop_whose_arrow_keys_walk_the_gpus(admin_page, 
     page.keyboard.press("Tab")
     first = wait_picked(page, "sim-01 · GPU 0")
     assert first["active"] == "heatmap" and inside(first["box"], page.evaluate(CELL_POSITION, [0, 0]))
+    assert first["link"] is None  # Enter opens the node: no link to tab to
     assert first["said"].startswith("sim-01 · GPU 0. H100 80GB HBM3. Utilization:"), first["said"]
 
     for key in ("ArrowRight", "ArrowRight", "ArrowDown"):
