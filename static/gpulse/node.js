@@ -625,6 +625,7 @@
     queueCharts();
     if (lastHistory) renderHistory(lastHistory);
   });
+
   ["live", "history"].forEach(function (section) {
     els.resetZoom[section].addEventListener("click", function () { setZoom(section, null); });
   });
