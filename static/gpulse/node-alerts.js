@@ -1,9 +1,10 @@
 /* The node page's Alerts section, live: fetched again every REFRESH_MS from the URL in its
  * data-refresh (the alerts app renders it with the template the page was rendered with) and
- * swapped in where it changed. node.js then marks the firing GPUs and draws the thresholds
+ * swapped in when it changed. node.js then marks the firing GPUs and draws the thresholds
  * the fresh section carries ("gpulse:node-alerts").
- * A poll, not the node's socket: alerts change at the evaluator's pace, and one indexed query
- * every few seconds costs less than sending alert state with every sample.
+ * A poll, not the node's socket: alerts change at the evaluator's pace, and two small queries
+ * (the active alerts, by the indexed status; the enabled rules) every few seconds cost less
+ * than sending alert state with every sample.
  */
 (function () {
   "use strict";
