@@ -30,7 +30,7 @@ PICKED = """() => {
 }"""
 COUNT_WRITES = """() => {
   window.writes = {tip: 0, said: 0};
-  const count = (id, key) => new MutationObserver(() => window.writes[key]++)
+  const count = (id, key) => new MutationObserver((records) => { window.writes[key] += records.length; })
     .observe(document.getElementById(id), {childList: true});
   count("heat-tooltip-text", "tip");
   count("heat-said", "said");
