@@ -59,6 +59,18 @@ def test_the_alerts_page_shows_firing_pending_and_resolved_with_durations(viewer
     assert "gpu-01 GPU 1" in resolved and "3 min 12 s" in resolved
 
 
+def test_a_node_pages_alerts_section_comes_alone_for_its_refresh(viewer, client):
+    Rule.objects.all().delete()
+    Rule.objects.create(name="Too hot", metric="gpu.temp", comparison=">", threshold=85, for_seconds=0)
+    ev = AlertEvaluator(enqueue=lambda ids: None)
+    ev.evaluate(cluster(("gpu-01", UP, [gpu(0), gpu(1, temp=91)]), ("gpu-02", UP, [gpu(0, temp=92)])), now=T0)
+    section = viewer.get("/alerts/nodes/gpu-01/").content.decode().strip()
+    assert section.startswith('<section class="panel" id="node-alerts" data-refresh="/alerts/nodes/gpu-01/">')
+    assert section.count('<tr class="status-firing"') == 1 and '"firing_gpus": [1]' in section
+    assert "No alerts firing" in viewer.get("/alerts/nodes/gpu-03/").content.decode()
+    assert client.get("/alerts/nodes/gpu-01/").status_code == 302  # logged out: to the login page
+
+
 def _active_alerts(rule: Rule, firing: int, pending: int = 0) -> None:
     """Write ``firing`` and ``pending`` alerts of ``rule`` as the evaluator leaves them, the oldest first."""
     start = timezone.now() - timedelta(hours=3)

@@ -15,6 +15,7 @@ from gpulse.keys import Keys, node_ttl
 from tests.browser import log_in
 from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
 from tests.samples import sample
+from tests.test_browser_operator_input import PICKED, wait_picked
 
 pytestmark = pytest.mark.browser
 
@@ -130,6 +131,33 @@ def test_a_node_with_a_skewed_clock_is_up_and_badged_then_forgotten(small_system
         timeout=(2 * FORGET_AFTER_S + 30) * 1000,
     )
     assert small_page.evaluate("window.gpulse.frames") > 100  # the same page all along
+
+
+def test_the_keyboards_cell_follows_its_gpu_as_a_node_comes_and_goes(small_system, small_page):
+    base = small_system.url.rstrip("/")
+    node = SkewedNode(redis.Redis.from_url(small_system.redis_url))
+    node.name = "drift-02"  # before sim-01 by name: it takes the first row
+    small_page.goto(base + "/")
+    small_page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0 && "
+                                 "document.getElementById('heatmap').data")
+    small_page.focus("#node-order")
+    small_page.keyboard.press("Tab")
+    small_page.keyboard.press("ArrowRight")
+    wait_picked(small_page, "sim-01 · GPU 1")
+    node.thread.start()
+    try:
+        small_page.wait_for_function(f"() => ({PICKED})().rows[0] === '{node.name}'")
+        assert small_page.evaluate(PICKED)["tip"].startswith("sim-01 · GPU 1")  # a row lower, the same GPU
+        small_page.keyboard.press("ArrowUp")
+        wait_picked(small_page, f"{node.name} · GPU 1")
+    finally:
+        node.stop()
+    # Forgotten (FORGET_AFTER_S down, ingest prunes once a minute): the cell in its place is picked.
+    small_page.wait_for_function(
+        f"() => ({PICKED})().rows.length === 1", timeout=(2 * FORGET_AFTER_S + 30) * 1000,
+    )
+    picked = wait_picked(small_page, "sim-01 · GPU 1")
+    assert picked["active"] == "heatmap" and picked["box"] is not None
 
 
 USAGE_ROW = """(name) => {

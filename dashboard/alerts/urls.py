@@ -6,6 +6,7 @@ app_name = "alerts"
 
 urlpatterns = [
     path("", views.alert_list, name="list"),
+    path("nodes/<path:node>/", views.node_panel, name="node_panel"),
     path("silences/", views.silence_create, name="silence_create"),
     path("silences/<int:pk>/expire", views.silence_expire, name="silence_expire"),
     path("rules/", views.rules, name="rules"),

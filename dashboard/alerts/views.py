@@ -6,7 +6,7 @@ from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.accounts.audit import audit
 from dashboard.alerts import delivery, words
@@ -23,6 +23,7 @@ from dashboard.alerts.models import (
     WebhookEndpoint,
 )
 from dashboard.alerts.pages import ModelPages, confirm, count, require
+from dashboard.alerts.templatetags.node_alerts import node_alerts
 
 HISTORY_ROWS = 100
 LOG_ROWS = 50
@@ -50,6 +51,13 @@ def alert_list(request):
         "silence_form": SILENCES.form(request.user) if request.user.has_perm(SILENCES.perm("add")) else None,
     }
     return render(request, "alerts/list.html", context)
+
+
+@require_GET
+def node_panel(request, node: str):
+    """The node page's Alerts section alone, as the page renders it: node-alerts.js fetches it
+    again every few seconds, so alerts that fire or resolve show without a reload."""
+    return render(request, "alerts/_node_alerts.html", node_alerts(node))
 
 
 class SilencePages(ModelPages):

@@ -2,6 +2,9 @@
  * restyled in place each frame, an outline on every fault (a lost GPU, an Xid,
  * uncorrected ECC errors, a firing alert, a down node's GPUs), and our own
  * tooltip, which follows the pointer and refreshes with every frame.
+ * A cell can also be picked (select(), by heatmap-input.js: the keyboard or a
+ * tap): a box marks it and the tooltip stays on it, both following its node and
+ * GPU through reorders and frames.
  * A node whose bandwidth probe is low, or whose health verdict is degraded or
  * failing, is flagged on its row label. Rows are in name order, or with
  * view.order "problems" the nodes with the most faults first.
@@ -74,6 +77,9 @@
     let labelSignature = "";
     let dotSignature = "";
     let hoverMouse = null; // where the tooltip was asked for, to refresh its values each frame
+    // The picked cell: {name, g, p (its last row on screen, for when its node goes), touch (a tap picked it)}.
+    let picked = null;
+    let lastPointer = "mouse"; // the kind of pointer pressed last: a click opens a node, a tap does not
 
     function isCompact() {
       return rowPixels(model.names.length) < COMPACT_ROW_PX;
@@ -346,6 +352,7 @@
       if (!drawn) {
         drawn = true;
         els.heatmap.on("plotly_click", function (event) {
+          if (lastPointer === "touch") return; // a tap previews first (heatmap-input.js)
           const cell = event.event ? cellAt(event.event) : null;
           if (cell) onOpen(model.names[cell.r]);
         });
@@ -385,6 +392,7 @@
       if (dirty.layout) draw();
       else if (dirty.cells) update();
       dirty.layout = dirty.cells = dirty.labels = dirty.dots = false;
+      if (picked) showPicked();
       if (hoverMouse) showTooltip(hoverMouse);
       return relaid;
     }
@@ -401,22 +409,97 @@
       return { p: p, r: r, g: g, i: r * model.cols + g };
     }
 
+    /* The cell of node ``name``'s GPU ``g`` where it is on screen now, or null. */
+    function cellOf(name, g) {
+      const r = model.rowOf.get(name);
+      if (r === undefined || g >= model.cols) return null;
+      return { p: at[r], r: r, g: g, i: r * model.cols + g };
+    }
+
+    /* The cell ``dp`` rows and ``dg`` columns from the picked one (or the first cell), kept inside the heatmap. */
+    function cellFrom(dp, dg) {
+      const n = model.names.length;
+      if (!n || !model.cols) return null;
+      const from = picked ? cellOf(picked.name, picked.g) : null;
+      const p = Math.max(0, Math.min(n - 1, (from ? from.p : 0) + dp));
+      const g = Math.max(0, Math.min(model.cols - 1, (from ? from.g : 0) + dg));
+      return { p: p, r: order[p], g: g, i: order[p] * model.cols + g };
+    }
+
+    /* Mark ``cell`` (null: none) as picked, its tooltip with an "Open node" link when a tap picked it;
+     * the text of its tooltip, for a live region to say. */
+    function select(cell, touch) {
+      picked = cell ? { name: model.names[cell.r], g: cell.g, p: cell.p, touch: Boolean(touch) } : null;
+      const preview = Boolean(picked && touch);
+      els.tooltip.classList.toggle("pinned", preview);
+      els.tooltipOpen.hidden = !preview;
+      if (preview) els.tooltipOpen.href = F.nodeUrl(picked.name);
+      if (!picked) {
+        els.focusBox.hidden = true;
+        if (!hoverMouse) els.tooltip.hidden = true;
+        return "";
+      }
+      hoverMouse = null;
+      return showPicked().map(function (part) {
+        return typeof part === "string" ? part : part.tagName === "BR" ? ". " : part.textContent;
+      }).join("");
+    }
+
+    /* Draw the box on the picked cell and, unless the pointer has the tooltip, the tooltip beside it:
+     * the node and GPU it was, where they are now; if the node went, the cell now in its place.
+     * The tooltip's parts, if it drew them. */
+    function showPicked() {
+      if (!drawn || !model.names.length) {
+        els.focusBox.hidden = els.tooltip.hidden = true;
+        return [];
+      }
+      let cell = cellOf(picked.name, picked.g);
+      if (!cell) {
+        const p = Math.min(picked.p, model.names.length - 1);
+        cell = { p: p, r: order[p], g: Math.min(picked.g, model.cols - 1) };
+        cell.i = cell.r * model.cols + cell.g;
+        picked.name = model.names[cell.r];
+        picked.g = cell.g;
+      }
+      picked.p = cell.p;
+      const full = els.heatmap._fullLayout;
+      const x0 = full._size.l + full.xaxis.l2p(cell.g - 0.5), x1 = full._size.l + full.xaxis.l2p(cell.g + 0.5);
+      const y0 = full._size.t + full.yaxis.l2p(cell.p - 0.5), y1 = full._size.t + full.yaxis.l2p(cell.p + 0.5);
+      const box = els.focusBox.style;
+      box.left = Math.min(x0, x1) + "px";
+      box.top = Math.min(y0, y1) + "px";
+      box.width = Math.abs(x1 - x0) + "px";
+      box.height = Math.abs(y1 - y0) + "px";
+      els.focusBox.hidden = false;
+      if (hoverMouse) return []; // the pointer's tooltip stays where the pointer is
+      const plot = els.heatmap.getBoundingClientRect();
+      return placeTooltip(cell, plot.left + Math.max(x0, x1) - 6, plot.top + Math.max(y0, y1) - 6);
+    }
+
     function showTooltip(mouse) {
+      if (mouse.pointerType === "touch") return; // a tap picks a cell (heatmap-input.js)
       const cell = drawn ? cellAt(mouse) : null;
       if (!cell) return hideTooltip();
       hoverMouse = { clientX: mouse.clientX, clientY: mouse.clientY };
-      els.tooltip.replaceChildren.apply(els.tooltip, describeCell(cell));
-      els.tooltip.hidden = false;
-      const box = els.tooltip.getBoundingClientRect();
-      const left = Math.min(mouse.clientX + 14, window.innerWidth - box.width - 8);
-      const top = Math.min(mouse.clientY + 14, window.innerHeight - box.height - 8);
-      els.tooltip.style.left = Math.max(4, left) + "px";
-      els.tooltip.style.top = Math.max(4, top) + "px";
+      placeTooltip(cell, mouse.clientX + 14, mouse.clientY + 14);
     }
 
-    function hideTooltip() {
+    /* Fill the tooltip with ``cell``'s readings and put it at (x, y), inside the window; its parts. */
+    function placeTooltip(cell, x, y) {
+      const parts = describeCell(cell);
+      els.tooltipText.replaceChildren.apply(els.tooltipText, parts);
+      els.tooltip.hidden = false;
+      const box = els.tooltip.getBoundingClientRect();
+      els.tooltip.style.left = Math.max(4, Math.min(x, window.innerWidth - box.width - 8)) + "px";
+      els.tooltip.style.top = Math.max(4, Math.min(y, window.innerHeight - box.height - 8)) + "px";
+      return parts;
+    }
+
+    function hideTooltip(event) {
+      if (event && event.pointerType === "touch") return;
       hoverMouse = null;
-      els.tooltip.hidden = true;
+      if (picked) showPicked();
+      else els.tooltip.hidden = true;
     }
 
     /* An element holding ``text`` as text. */
@@ -476,10 +559,16 @@
 
     // Our own hover, from the pointer's position: the tooltip follows the mouse
     // exactly and its numbers refresh with every frame.
-    els.heatmap.addEventListener("mousemove", showTooltip);
-    els.heatmap.addEventListener("mouseleave", hideTooltip);
+    els.heatmap.addEventListener("pointerdown", function (event) { lastPointer = event.pointerType; }, true);
+    els.heatmap.addEventListener("pointermove", showTooltip);
+    els.heatmap.addEventListener("pointerleave", hideTooltip);
 
-    return { laidOut: laidOut, rowChanged: rowChanged, recolour: recolour, render: render };
+    return {
+      laidOut: laidOut, rowChanged: rowChanged, recolour: recolour, render: render,
+      cellAt: cellAt, cellOf: cellOf, cellFrom: cellFrom, select: select,
+      picked: function () { return picked; },
+      open: function (cell) { onOpen(model.names[cell.r]); },
+    };
   }
 
   window.GpulseHeatmap = { create: create };

@@ -10,7 +10,8 @@
  * so a reload or a shared link shows the same view.
  * Dashed lines on the charts are the thresholds of the enabled alert rules that
  * apply to the node, and the GPUs with a firing alert are marked, both as the
- * alerts app's Alerts section (node-alert-rules) gave them when the page loaded.
+ * alerts app's Alerts section (node-alert-rules) gives them: node-alerts.js
+ * swaps in a fresh section as alerts change and says so ("gpulse:node-alerts").
  */
 (function () {
   "use strict";
@@ -54,8 +55,8 @@
   const since = query.get("since") || "1h";
   const until = query.get("until"); // null: up to now
   // {thresholds: [{chart, value, gpu, label}], firing_gpus: [index]} (dashboard/alerts/templatetags/node_alerts.py)
-  const rules = JSON.parse(document.getElementById("node-alert-rules").textContent);
-  const firingGpus = new Set(rules.firing_gpus);
+  let rules = JSON.parse(document.getElementById("node-alert-rules").textContent);
+  let firingGpus = new Set(rules.firing_gpus);
 
   const live = {
     status: initial.status,
@@ -616,6 +617,14 @@
     // Slide the 15-minute window even when nothing arrives (a down node's gap grows).
     if (performance.now() - lastChartsAt > 2000) queueCharts();
   }
+
+  document.addEventListener("gpulse:node-alerts", function () {
+    rules = JSON.parse(document.getElementById("node-alert-rules").textContent);
+    firingGpus = new Set(rules.firing_gpus);
+    renderTables();
+    queueCharts();
+    if (lastHistory) renderHistory(lastHistory);
+  });
 
   ["live", "history"].forEach(function (section) {
     els.resetZoom[section].addEventListener("click", function () { setZoom(section, null); });

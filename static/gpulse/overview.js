@@ -29,6 +29,10 @@
   const els = {
     heatmap: document.getElementById("heatmap"),
     tooltip: document.getElementById("heat-tooltip"),
+    tooltipText: document.getElementById("heat-tooltip-text"),
+    tooltipOpen: document.getElementById("heat-tooltip-open"),
+    focusBox: document.getElementById("heat-focus"),
+    said: document.getElementById("heat-said"),
     metric: document.getElementById("heat-metric"),
     powerScale: document.getElementById("power-scale"),
     powerScaleLabel: document.getElementById("power-scale-label"),
@@ -79,6 +83,7 @@
   const heatmap = window.GpulseHeatmap.create(model, view, els, function (name) {
     location.href = F.nodeUrl(name);
   });
+  window.GpulseHeatmapInput.attach(heatmap, els);
   const table = window.GpulseNodeTable.create(model, view, els);
 
   function onMessage(text) {

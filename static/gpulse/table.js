@@ -183,6 +183,8 @@
       });
     }
 
+    // Each header holds a button: a click, Enter or Space sorts, and the button keeps the
+    // focus through the renders that follow (they never touch the header).
     els.table.querySelector("thead").addEventListener("click", function (event) {
       const th = event.target.closest("th[data-key]");
       if (!th) return;

@@ -26,4 +26,4 @@ def node_alerts(node: str) -> dict:
         if rule.matches_node(node)
     ]
     firing_gpus = sorted({alert.gpu for alert in alerts if alert.status == FIRING and alert.gpu is not None})
-    return {"alerts": alerts, "charted": {"thresholds": thresholds, "firing_gpus": firing_gpus}}
+    return {"node": node, "alerts": alerts, "charted": {"thresholds": thresholds, "firing_gpus": firing_gpus}}
