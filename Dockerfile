@@ -11,6 +11,15 @@
 #          the node worker runs NCCL all-reduce ranks on the GPUs.
 #   docker build --target node --build-arg TORCH_VARIANT=cu128 -t gpulse:node .
 #   docker build --target control -t gpulse:control .
+
+# Plotly.js for the control image's charts: npm ci installs the exact version of
+# vendor/plotly/package-lock.json and checks its sha512 (as `make plotly-js` does).
+FROM node:20-slim AS plotly-js
+WORKDIR /plotly
+COPY vendor/plotly/package.json vendor/plotly/package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+
+
 FROM python:3.11-slim AS node
 
 ARG TORCH_VARIANT=cpu
@@ -50,6 +59,7 @@ COPY requirements.txt .
 RUN pip install --extra-index-url "https://download.pytorch.org/whl/${TORCH_VARIANT}" -r requirements.txt
 
 COPY . .
+COPY --from=plotly-js /plotly/node_modules vendor/plotly/node_modules
 # Static files are collected into the image.
 RUN python manage.py collectstatic --noinput --verbosity 0
 

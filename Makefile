@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint system-packages browser prometheus slurm clean
+.PHONY: demo test lint system-packages browser prometheus slurm plotly-js clean
 
 $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,7 @@ $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraint
 	$(PY) -m pip install --quiet -r requirements-dev.txt -c constraints.txt
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) plotly-js
 	$(PY) -m devtools.demo
 
 # The Debian packages the tests drive; each is installed only when missing.
@@ -43,8 +43,20 @@ slurm:
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge \
 	  && if [ -d /run/systemd/system ]; then systemctl disable --now slurmctld slurmd munge; fi)
 
+# Plotly.js for the charts: its cartesian partial bundle (scatter, heatmap), not the
+# full one of 4.8 MB, whose evaluation blocked each page 600-930 ms (issue 18).
+# npm ci installs the exact version of vendor/plotly/package-lock.json and checks
+# its sha512 there; dashboard/settings.py serves the folder as static/vendor/plotly/.
+# Debian's npm when none is installed; again only when the lockfile changed.
+PLOTLY_JS := vendor/plotly/node_modules/plotly.js-cartesian-dist-min/plotly-cartesian.min.js
+plotly-js: $(PLOTLY_JS)
+$(PLOTLY_JS): vendor/plotly/package.json vendor/plotly/package-lock.json
+	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm)
+	npm ci --prefix vendor/plotly --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
 # PYTEST_ARGS narrows a run, e.g. PYTEST_ARGS='-m "not browser"' or a test file.
-test: $(STAMP) system-packages
+test: $(STAMP) system-packages plotly-js
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff (pyflakes, pycodestyle, import order, bugbear) and mypy, configured in pyproject.toml.
@@ -53,4 +65,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .demo staticfiles
+	rm -rf $(VENV) .demo staticfiles vendor/plotly/node_modules
