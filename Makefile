@@ -43,17 +43,18 @@ slurm:
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge \
 	  && if [ -d /run/systemd/system ]; then systemctl disable --now slurmctld slurmd munge; fi)
 
-# Plotly.js for the charts: its cartesian partial bundle (scatter, heatmap), not the
-# full one of 4.8 MB, whose evaluation blocked each page 600-930 ms (issue 18).
-# npm ci installs the exact version of vendor/plotly/package-lock.json and checks
-# its sha512 there; dashboard/settings.py serves the folder as static/vendor/plotly/.
-# Debian's npm when none is installed; again only when the lockfile changed.
-PLOTLY_JS := vendor/plotly/node_modules/plotly.js-cartesian-dist-min/plotly-cartesian.min.js
+# Plotly.js for the charts, built with only the trace types the pages draw
+# (vendor/plotly/index.js): the full bundle of 4.8 MB blocked each page 600-930 ms
+# while it was evaluated (issue 18). npm ci installs the exact versions of
+# vendor/plotly/package-lock.json and checks each one's sha512; build.js bundles
+# them with esbuild; dashboard/settings.py serves the result as static/vendor/plotly/.
+# Debian's npm when none is installed; again only when one of those files changed.
+PLOTLY_JS := vendor/plotly/dist/plotly-gpulse.min.js
 plotly-js: $(PLOTLY_JS)
-$(PLOTLY_JS): vendor/plotly/package.json vendor/plotly/package-lock.json
+$(PLOTLY_JS): vendor/plotly/package.json vendor/plotly/package-lock.json vendor/plotly/index.js vendor/plotly/build.js
 	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm)
 	npm ci --prefix vendor/plotly --ignore-scripts --no-audit --no-fund --loglevel=error
-	touch $@
+	node vendor/plotly/build.js
 
 # PYTEST_ARGS narrows a run, e.g. PYTEST_ARGS='-m "not browser"' or a test file.
 test: $(STAMP) system-packages plotly-js
@@ -65,4 +66,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .demo staticfiles vendor/plotly/node_modules
+	rm -rf $(VENV) .demo staticfiles vendor/plotly/node_modules vendor/plotly/dist

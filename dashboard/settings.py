@@ -14,7 +14,7 @@ from gpulse.keys import DEFAULT_PREFIX, DEFAULT_REDIS_URL, Keys
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The one Plotly.js the pages load (templates/plotly.html); devtools/plotly_css.py reads its styles.
-PLOTLY_JS = BASE_DIR / "vendor/plotly/node_modules/plotly.js-cartesian-dist-min/plotly-cartesian.min.js"
+PLOTLY_JS = BASE_DIR / "vendor/plotly/dist/plotly-gpulse.min.js"
 
 DEBUG = env_bool("GPULSE_DEBUG", False)
 # Development only: production deployments set SECRET_KEY in the environment.
@@ -115,8 +115,8 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [
     BASE_DIR / "static",
-    # Plotly.js's cartesian bundle, installed by `make plotly-js` (the Dockerfile's plotly-js
-    # stage in images): no CDN, clusters are often air-gapped.
+    # Plotly.js as `make plotly-js` builds it (the Dockerfile's plotly-js stage in images):
+    # no CDN, clusters are often air-gapped.
     ("vendor/plotly", PLOTLY_JS.parent),
 ]
 STATIC_ROOT = BASE_DIR / "staticfiles"
