@@ -44,7 +44,7 @@ def injected_style_ids(js: str) -> list[str]:
 
 
 def plotly_css(js: str) -> str:
-    # "plotly.js v4.1.1", or a partial bundle's "plotly.js (cartesian - minified) v4.1.1".
+    # "plotly.js v4.1.1" in Plotly's bundles, "plotly.js (gpulse: scatter, heatmap - minified) v4.1.1" in ours.
     version = re.search(r"plotly\.js (?:\([^)]*\) )?v([0-9.]+)", js)
     if version is None:
         raise ValueError("no 'plotly.js v<version>' in the bundle: is it plotly.js?")
