@@ -1,6 +1,7 @@
 // Bundles index.js into dist/plotly-gpulse.min.js, as Plotly's own build makes its partial
-// bundles (esbuild-config.js of plotly.js): the full bundle took 600-930 ms of the main thread
-// to evaluate at every page load, the cartesian one 300-450 ms, this one 70-140 ms (issue 18).
+// bundles (esbuild-config.js of plotly.js). Evaluating it holds the main thread at every page
+// load: the full bundle 680-820 ms on a quiet 2-core machine, the cartesian one 310-390 ms,
+// this one 70-140 ms (issue 18, docs/PERFORMANCE.md).
 const path = require("path");
 const esbuild = require("esbuild");
 const { version } = require("plotly.js/package.json");
