@@ -11,6 +11,16 @@
 #          the node worker runs NCCL all-reduce ranks on the GPUs.
 #   docker build --target node --build-arg TORCH_VARIANT=cu128 -t gpulse:node .
 #   docker build --target control -t gpulse:control .
+
+# Plotly.js for the control image's charts, built as `make plotly-js` builds it: npm ci
+# installs the exact versions of vendor/plotly/package-lock.json and checks each one's
+# sha512, build.js bundles the trace types the pages draw.
+FROM node:20-slim AS plotly-js
+WORKDIR /plotly
+COPY vendor/plotly/package.json vendor/plotly/package-lock.json vendor/plotly/index.js vendor/plotly/build.js ./
+RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && node build.js
+
+
 FROM python:3.11-slim AS node
 
 ARG TORCH_VARIANT=cpu
@@ -50,6 +60,7 @@ COPY requirements.txt .
 RUN pip install --extra-index-url "https://download.pytorch.org/whl/${TORCH_VARIANT}" -r requirements.txt
 
 COPY . .
+COPY --from=plotly-js /plotly/dist vendor/plotly/dist
 # Static files are collected into the image.
 RUN python manage.py collectstatic --noinput --verbosity 0
 

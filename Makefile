@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint system-packages browser prometheus slurm axe clean
+.PHONY: demo test lint system-packages browser prometheus slurm npm axe plotly-js clean
 
 $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,7 @@ $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraint
 	$(PY) -m pip install --quiet -r requirements-dev.txt -c constraints.txt
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) plotly-js
 	$(PY) -m devtools.demo
 
 # The Debian packages the tests drive; each is installed only when missing.
@@ -43,18 +43,33 @@ slurm:
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge \
 	  && if [ -d /run/systemd/system ]; then systemctl disable --now slurmctld slurmd munge; fi)
 
+# Debian's npm when the machine has none (axe and plotly-js install from npm).
+npm:
+	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm)
+
 # axe-core, which the browser tests run in every page, from npm: the version and
 # checksum package-lock.json pins, into node_modules/, again only when the lock
-# changes. Debian's npm when the machine has none.
+# changes.
 axe: node_modules/axe-core/axe.min.js
 
-node_modules/axe-core/axe.min.js: package.json package-lock.json
-	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm)
+node_modules/axe-core/axe.min.js: package.json package-lock.json | npm
 	npm ci --ignore-scripts --no-audit --no-fund
 	touch $@
 
+# Plotly.js for the charts, built with only the trace types the pages draw
+# (vendor/plotly/index.js): the full bundle of 4.8 MB blocked each page 600-930 ms
+# while it was evaluated (issue 18). npm ci installs the exact versions of
+# vendor/plotly/package-lock.json and checks each one's sha512; build.js bundles
+# them with esbuild; dashboard/settings.py serves the result as static/vendor/plotly/.
+# Again only when one of those files changed.
+PLOTLY_JS := vendor/plotly/dist/plotly-gpulse.min.js
+plotly-js: $(PLOTLY_JS)
+$(PLOTLY_JS): vendor/plotly/package.json vendor/plotly/package-lock.json vendor/plotly/index.js vendor/plotly/build.js | npm
+	npm ci --prefix vendor/plotly --ignore-scripts --no-audit --no-fund --loglevel=error
+	node vendor/plotly/build.js
+
 # PYTEST_ARGS narrows a run, e.g. PYTEST_ARGS='-m "not browser"' or a test file.
-test: $(STAMP) system-packages axe
+test: $(STAMP) system-packages axe plotly-js
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff (pyflakes, pycodestyle, import order, bugbear) and mypy, configured in pyproject.toml.
@@ -63,4 +78,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .demo staticfiles node_modules
+	rm -rf $(VENV) .demo staticfiles node_modules vendor/plotly/node_modules vendor/plotly/dist

@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import dj_database_url
-import plotly
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
@@ -14,6 +13,8 @@ from dashboard.env import env_bool, env_float, env_int, env_list, env_str
 from gpulse.keys import DEFAULT_PREFIX, DEFAULT_REDIS_URL, Keys
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# The one Plotly.js the pages load (templates/plotly.html); devtools/plotly_css.py reads its styles.
+PLOTLY_JS = BASE_DIR / "vendor/plotly/dist/plotly-gpulse.min.js"
 
 DEBUG = env_bool("GPULSE_DEBUG", False)
 # Development only: production deployments set SECRET_KEY in the environment.
@@ -115,8 +116,9 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [
     BASE_DIR / "static",
-    # Plotly.js from the installed plotly package: no CDN, clusters are often air-gapped.
-    ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
+    # Plotly.js as `make plotly-js` builds it (the Dockerfile's plotly-js stage in images):
+    # no CDN, clusters are often air-gapped.
+    ("vendor/plotly", PLOTLY_JS.parent),
 ]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 

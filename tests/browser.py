@@ -54,7 +54,7 @@ def log_in(page: Page, base_url: str, username: str, password: str, next_path: s
 @pytest.fixture(scope="module")
 def admin_context(chromium, running_system) -> BrowserContext:
     """One context logged in to the running system as its admin, for a whole module:
-    its HTTP cache keeps the 4.8 MB Plotly.js bundle from loading once per test."""
+    its HTTP cache keeps the 1.1 MB Plotly.js bundle from loading once per test."""
     context = chromium.new_context(viewport=VIEWPORT)
     page = context.new_page()
     log_in(page, running_system.base_url, running_system.username, running_system.password, "/healthz")

@@ -185,7 +185,7 @@ def test_every_request_stays_on_the_dashboard_host(admin_page, running_system):
     requests, bundle = [], []
     admin_page.on("request", lambda request: requests.append(request.url))
     admin_page.on("websocket", lambda ws: requests.append(ws.url))
-    admin_page.on("response", lambda r: r.url.endswith("/vendor/plotly/plotly.min.js") and bundle.append(r.status))
+    admin_page.on("response", lambda r: r.url.endswith("/plotly-gpulse.min.js") and bundle.append(r.status))
     open_overview(admin_page, running_system)
     admin_page.goto(running_system.base_url + "/nodes/sim-01/")
     admin_page.wait_for_function("() => document.getElementById('live-util').data")

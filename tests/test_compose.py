@@ -165,7 +165,7 @@ def dockerfile_stages() -> dict[str, tuple[str, str]]:
 
 def test_the_dockerfile_builds_a_slim_node_image_and_the_control_image_on_it():
     stages = dockerfile_stages()
-    assert list(stages) == ["node", "control"]  # control last: a plain `docker build` makes it
+    assert list(stages) == ["plotly-js", "node", "control"]  # control last: a plain `docker build` makes it
     node_base, node = stages["node"]
     control_base, control = stages["control"]
     assert node_base == "python:3.11-slim" and control_base == "node"
@@ -181,6 +181,13 @@ def test_the_dockerfile_builds_a_slim_node_image_and_the_control_image_on_it():
         assert users and users[-1].split(":")[0] not in ("root", "0")
     assert re.search(r"^EXPOSE 8000$", control, re.M)
     assert "collectstatic --noinput" in control
+    # Plotly.js built from the lockfile (npm ci checks each sha512), in place before collectstatic gathers it.
+    plotly_base, plotly_js = stages["plotly-js"]
+    assert plotly_base.startswith("node:") and "RUN npm ci " in plotly_js and "node build.js" in plotly_js
+    assert "vendor/plotly/package-lock.json" in plotly_js
+    assert control.index("COPY --from=plotly-js /plotly/dist vendor/plotly/dist") < control.index("collectstatic")
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "vendor/plotly/node_modules" in ignored and "vendor/plotly/dist" in ignored
     healthcheck = re.search(r'^HEALTHCHECK .*\n\s+CMD python -c "(.*)"$', control, re.M)
     compile(healthcheck.group(1), "HEALTHCHECK", "exec")
     assert "/healthz" in healthcheck.group(1)
@@ -188,7 +195,7 @@ def test_the_dockerfile_builds_a_slim_node_image_and_the_control_image_on_it():
 
 def test_each_service_builds_the_image_target_it_needs():
     targets = {"node", "control"}
-    assert targets == set(dockerfile_stages())
+    assert targets == set(dockerfile_stages()) - {"plotly-js"}  # a build stage, no service's image
     for service in ("migrate", *CONTROL):
         assert SERVICES[service]["build"]["target"] == "control" and SERVICES[service]["image"] == "gpulse:control"
     for service in GPU_NODE:

@@ -1,6 +1,7 @@
 """Plotly.js under a strict CSP: static/gpulse/plotly.css holds the rules of the installed
 bundle, and templates/plotly.html names every stylesheet the bundle would inject at load."""
 
+import re
 from pathlib import Path
 
 from devtools.plotly_css import BUNDLE, injected_style_ids, plotly_css
@@ -17,7 +18,7 @@ def test_the_stylesheet_matches_the_installed_plotly():
 
 
 def test_the_template_stands_in_for_every_stylesheet_plotly_injects():
+    # None with the bundle of vendor/plotly (MapLibre's comes only with map traces); the full bundle had one.
     ids = injected_style_ids(BUNDLE.read_text())
-    assert ids, "the bundle no longer injects MapLibre's stylesheet: drop its id from templates/plotly.html"
     template = (ROOT / "templates" / "plotly.html").read_text()
-    assert all(f'id="{style_id}"' in template for style_id in ids), ids
+    assert sorted(re.findall(r'id="([0-9a-f]{64})"', template)) == sorted(ids), ids

@@ -181,7 +181,7 @@
       at.push(p);
       previous = ts;
     }
-    inTurns(LIVE.map(function (chart, k) { return function () {
+    LIVE.forEach(function (chart, k) { inTurn(chart.id, function () {
       const traces = labels.map(function (label, g) {
         const y = at.map(function (p) {
           const values = p < 0 ? null : points[p].values[g];
@@ -194,15 +194,31 @@
         };
       });
       draw(chart, traces, chartLayout(chart, zoom.live || [when(start), when(end)], limits[k]), "live");
-    }; }));
+    }); });
   }
 
-  /* Run each job in an animation frame of its own: four charts drawn in one task held the
-   * page for 50–120 ms every second, one at a time a quarter of that (issue 18). */
-  function inTurns(jobs) {
-    if (!jobs.length) return;
-    jobs[0]();
-    requestAnimationFrame(function () { inTurns(jobs.slice(1)); });
+  /* Draw the chart ``id`` (``job``) in an animation frame of its own, one chart a frame for the
+   * whole page: four charts drawn in one task held the page for 50–120 ms every second, and
+   * the live, history and probe charts asking at once (as the page loads) put two or three in
+   * one frame (issue 18). A newer drawing of a chart replaces its waiting one, in its place. */
+  const turns = new Map(); // chart id -> its waiting job, in the order asked
+  let turnQueued = false;
+
+  function inTurn(id, job) {
+    turns.set(id, job);
+    if (!turnQueued) {
+      turnQueued = true;
+      requestAnimationFrame(nextTurn);
+    }
+  }
+
+  function nextTurn() {
+    const id = turns.keys().next().value;
+    const job = turns.get(id);
+    turns.delete(id);
+    turnQueued = turns.size > 0;
+    if (turnQueued) requestAnimationFrame(nextTurn);
+    job();
   }
 
   /* Fixed y ranges where the hardware sets one, so lines do not jump around. */
@@ -481,7 +497,7 @@
         "No minute rollups in this range yet: ingest writes one per GPU and minute, about two minutes after the minute ends.";
     }
     const xrange = zoom.history || [when(history.since), when(history.until)];
-    inTurns(HISTORY.map(function (chart) { return function () {
+    HISTORY.forEach(function (chart) { inTurn(chart.id, function () {
       const traces = [];
       gpus.forEach(function (series) {
         const colour = COLOURS[series.gpu % COLOURS.length];
@@ -513,7 +529,7 @@
         });
       });
       draw(chart, traces, chartLayout(chart, xrange, chart.key === "util" ? [0, 105] : null), "history");
-    }; }));
+    }); });
   }
 
   /* ---- the custom range (?since=&until= in unix seconds) --------------------------------- */
@@ -586,7 +602,7 @@
     layout.xaxis.autorange = true;
     layout.hovermode = "closest";
     layout.showlegend = failed.x.length > 0;
-    Plotly.react(els.probeChart, traces, layout, PLOT_CONFIG);
+    inTurn(els.probeChart.id, function () { Plotly.react(els.probeChart, traces, layout, PLOT_CONFIG); });
   }
 
   function renderLastProbe() {

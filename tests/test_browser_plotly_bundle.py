@@ -1,0 +1,45 @@
+"""The pages load the Plotly.js that `make plotly-js` builds (vendor/plotly), of the version its lockfile pins,
+and it holds every trace type they draw: a wrong bundle fails here rather than leaving a user's chart blank."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dashboard.settings import PLOTLY_JS
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+# The trace types each chart on the page was given (Plotly's default, scatter, where none is named), and
+# the types the loaded bundle knows; Plotly would draw an unknown type as an invisible scatter, no error.
+DRAWN = """() => ({
+  drawn: Array.from(document.querySelectorAll(".js-plotly-plot"), gd => gd.data.map(t => t.type || "scatter")).flat(),
+  known: Object.keys(Plotly.PlotSchema.get().traces),
+  version: Plotly.version,
+  src: document.querySelector('script[src*="/vendor/plotly/"]').getAttribute("src"),
+})"""
+PAGES = {
+    "/": "() => window.gpulse && window.gpulse.frames > 0 && document.getElementById('heatmap').data",
+    "/nodes/sim-01/": "() => document.getElementById('live-util').data && document.getElementById('hist-util').data",
+    "/usage/": "() => window.gpulseUsage && window.gpulseUsage.drawn",
+}
+
+
+def test_every_page_loads_the_pinned_partial_bundle_and_it_knows_each_trace_type_drawn(admin_page, running_system):
+    lock = json.loads((ROOT / "vendor/plotly/package-lock.json").read_text())
+    pinned = lock["packages"]["node_modules/plotly.js"]["version"]
+    drawn = set()
+    for path, ready in PAGES.items():
+        admin_page.goto(running_system.base_url + path)
+        admin_page.wait_for_function(ready)
+        page = admin_page.evaluate(DRAWN)
+        assert page["src"].endswith("/vendor/plotly/plotly-gpulse.min.js"), page["src"]
+        assert page["version"] == pinned
+        assert set(page["known"]) >= set(page["drawn"]), (path, set(page["drawn"]) - set(page["known"]))
+        # Partial: only what the pages draw, none of the full bundle's other 40-odd types (bar, WebGL, 3D, maps).
+        assert set(page["known"]) == {"heatmap", "scatter"}
+        drawn |= set(page["drawn"])
+    assert drawn == {"heatmap", "scatter"}
+    served = admin_page.request.get(running_system.base_url + page["src"])
+    assert served.ok and served.body() == PLOTLY_JS.read_bytes()
