@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="simulated collector processes sharing the nodes (default: one per 250, at most 4)")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of full frames before measuring")
     parser.add_argument("--redis-url", help="use this Redis (under a key prefix of its own) instead of a private one")
+    parser.add_argument("--database-url", help="use this database (migrated first; each run adds a user "
+                                               "loadtest-<hex>) instead of a SQLite file of the run's own")
     parser.add_argument("--browser", type=float, nargs="?", const=20.0, default=0.0, metavar="SECONDS",
                         help="after the window, time the overview page in headless Chromium (default 20 s)")
     parser.add_argument("--ws-compression", action="store_true",
@@ -48,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     options = Options(
         nodes=args.nodes, gpus_per_node=args.gpus_per_node, interval=args.interval, duration=args.duration,
-        clients=args.clients, collectors=args.collectors, redis_url=args.redis_url, warmup=args.warmup,
+        clients=args.clients, collectors=args.collectors, redis_url=args.redis_url,
+        database_url=args.database_url, warmup=args.warmup,
         browser_seconds=args.browser, ws_compression=args.ws_compression,
     )
 

@@ -29,6 +29,7 @@ class Options:
     clients: int = 20
     collectors: int | None = None  # None: one per 250 nodes, at most 4
     redis_url: str | None = None  # None: a private redis-server for the run
+    database_url: str | None = None  # None: a SQLite file of the run's own
     warmup: float = 5.0
     browser_seconds: float = 0.0  # > 0: time the overview page in Chromium for this long after the window
     ws_compression: bool = False  # let uvicorn deflate each frame per client (its default; see system.py)
@@ -37,7 +38,7 @@ class Options:
 def run(options: Options, say: Callable[[str], None] = lambda line: None) -> dict:
     """Return the result (report.py's schema); every process started is stopped, whatever happens."""
     system = LoadSystem(options.nodes, options.gpus_per_node, options.interval, options.collectors,
-                        options.redis_url, options.ws_compression)
+                        options.redis_url, options.ws_compression, options.database_url)
     keep_logs = False
     try:
         say(f"starting Redis, web, ingest and {system.collectors} collector processes (state in {system.state_dir})")

@@ -23,7 +23,6 @@ from devtools.redis_server import EmbeddedRedis, free_port
 from devtools.stack import Stack
 from gpulse.keys import Keys
 
-USERNAME = "loadtest"
 # One simulated collector process per this many nodes: a sample of 250 × 8 GPUs
 # takes a few tens of ms, so each process keeps the 1 s cadence with room to spare.
 NODES_PER_COLLECTOR = 250
@@ -48,6 +47,7 @@ class LoadSystem:
         collectors: int | None = None,
         redis_url: str | None = None,
         ws_compression: bool = False,
+        database_url: str | None = None,
     ):
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
@@ -58,6 +58,8 @@ class LoadSystem:
         self.ws_compression = ws_compression
         self.state_dir = Path(tempfile.mkdtemp(prefix="gpulse-loadtest-"))
         self.password = secrets.token_urlsafe(16)
+        # Its own user each run: a database given with --database-url may hold an earlier run's.
+        self.username = f"loadtest-{secrets.token_hex(4)}"
         # On a Redis that is not ours, a prefix of our own keeps other data apart.
         self.prefix = None if redis_url is None else f"gpulse-loadtest-{secrets.token_hex(4)}:"
         self.keys = Keys(self.prefix)
@@ -66,8 +68,8 @@ class LoadSystem:
         if self.prefix is not None:
             extra_env["GPULSE_REDIS_PREFIX"] = self.prefix
         self.stack = Stack(
-            free_port(), self.state_dir, redis_url=redis_url, sim_nodes=nodes, sim_gpus=gpus_per_node,
-            interval=interval, node_workers=False, extra_env=extra_env,
+            free_port(), self.state_dir, redis_url=redis_url, database_url=database_url, sim_nodes=nodes,
+            sim_gpus=gpus_per_node, interval=interval, node_workers=False, extra_env=extra_env,
         )
 
     @property
@@ -102,7 +104,7 @@ class LoadSystem:
                 "--name-prefix", f"sim{k}-", "--seed", str(k), "--probe-interval", "0",
             )
         self.stack.manage("migrate", "--noinput")
-        self.stack.manage("ensure_admin", "--username", USERNAME)
+        self.stack.manage("ensure_admin", "--username", self.username)
         # Browsers offer permessage-deflate and uvicorn accepts it by default: the web
         # process then compresses every ~250 KB frame once per browser, in its one
         # event loop (40 % of a core and a 2 s p99 at 100 clients). gpulse runs web
@@ -140,12 +142,12 @@ class LoadSystem:
         if csrf is None:
             raise RuntimeError("the login page set no CSRF cookie")
         form = urllib.parse.urlencode(
-            {"username": USERNAME, "password": self.password, "csrfmiddlewaretoken": csrf, "next": "/"}
+            {"username": self.username, "password": self.password, "csrfmiddlewaretoken": csrf, "next": "/"}
         ).encode()
         opener.open(urllib.request.Request(login_url, data=form, headers={"Referer": login_url}), timeout=30).read()
         session = next((c.value for c in jar if c.name == "sessionid"), None)
         if session is None:
-            raise RuntimeError(f"logging in as {USERNAME!r} at {login_url} failed")
+            raise RuntimeError(f"logging in as {self.username!r} at {login_url} failed")
         return session
 
     def collector_missed_ticks(self) -> int:
