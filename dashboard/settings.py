@@ -85,7 +85,7 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Ingest, web and the control worker write concurrently: WAL and a busy
     # timeout keep SQLite from answering "database is locked". Temporary tables
-    # (rollup_store.staged's, every 5 s) and sorts stay in memory.
+    # (rollup_store.merge's, every 5 s) and sorts stay in memory.
     DATABASES["default"]["OPTIONS"] = {
         "timeout": GPULSE_SQLITE_BUSY_TIMEOUT,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA temp_store=MEMORY;",
@@ -195,10 +195,10 @@ GPULSE_INGEST_MAX_UNACKED = env_int("GPULSE_INGEST_MAX_UNACKED", 200_000, minimu
 
 # A node whose newest bandwidth probe is this fraction below its own median is flagged.
 GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)
-# Usage accounting (gpulse/usage.py, dashboard/usage/): a GPU is busy at or above this utilization (%);
-# prices default from the environment until set in the admin.
-# Off: ingest keeps no usage (no per-minute sums, energy or idle list) and the usage page says so;
-# for a site that accounts elsewhere, and to measure what accounting costs.
+# Usage accounting (gpulse/usage.py, dashboard/usage/). Off: ingest keeps no usage (no per-minute
+# sums, energy or idle list) and the usage page says so; for a site that accounts elsewhere, and to
+# measure what accounting costs. A GPU is busy at or above GPULSE_BUSY_UTIL (%); prices default
+# from the environment until set in the admin.
 GPULSE_USAGE_ACCOUNTING = env_bool("GPULSE_USAGE_ACCOUNTING", True)
 GPULSE_BUSY_UTIL = env_float("GPULSE_BUSY_UTIL", 5.0, minimum=0.0, maximum=100.0)
 GPULSE_PRICE_GPU_HOUR = env_float("GPULSE_PRICE_GPU_HOUR", 2.5, minimum=0.0)

@@ -67,7 +67,8 @@ class MinuteRollup:
         self.high = np.zeros((0, metrics))
         self.count = np.zeros((0, metrics), dtype=np.int64)
         self.cells = 0  # GPUs with a reading: the rows this minute writes
-        self.usage = MinuteUsage(dt.datetime.fromtimestamp(minute, dt.UTC))
+        self.start = dt.datetime.fromtimestamp(minute, dt.UTC)
+        self.usage = MinuteUsage(self.start)
 
     def fold(self, ids: np.ndarray, values: np.ndarray, gpus: int) -> None:
         """Merge readings (``values`` in ROLLUP_METRICS order, NaN for a null) of the GPUs ``ids``;
@@ -89,10 +90,10 @@ class MinuteRollup:
         np.add.at(self.count, ids, present)
         self.cells = int(np.count_nonzero(self.samples))
 
-    def rows(self, minute: int, gpus: list[tuple[str, int]]) -> Iterator[tuple]:
+    def rows(self, gpus: list[tuple[str, int]]) -> Iterator[tuple]:
         """Yield one row per GPU read in the minute, in rollup_store.COLUMNS order; ``gpus``:
         (node, GPU index) per GPU id."""
-        start = dt.datetime.fromtimestamp(minute, dt.UTC)
+        start = self.start
         read = np.flatnonzero(self.samples)
         count = self.count[read]
         mean = np.divide(self.total[read], count, out=np.zeros(count.shape), where=count > 0)
@@ -261,7 +262,7 @@ class RollupAccumulator:
             self.lost_samples += lost
             log.error(
                 "rollups: dropped the unwritten minute %s (%d GPU samples): more than %d rows wait for the database",
-                dt.datetime.fromtimestamp(oldest, dt.UTC).isoformat(), lost, self.max_rows,
+                bucket.start.isoformat(), lost, self.max_rows,
             )
 
     def _bound_queue(self) -> None:
@@ -307,7 +308,7 @@ class RollupAccumulator:
         self.fold_queued()
         if not self.minutes and self.high_water == self.written_mark:
             return 0
-        rows = [row for minute in sorted(self.minutes) for row in self.minutes[minute].rows(minute, self.gpus)]
+        rows = [row for minute in sorted(self.minutes) for row in self.minutes[minute].rows(self.gpus)]
         with transaction.atomic():
             rollup_store.merge_rollups(rows)
             usage_store.merge_usage(*self.usage_rows())
