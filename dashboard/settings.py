@@ -190,7 +190,7 @@ GPULSE_ROLLUP_FLUSH_INTERVAL = env_float("GPULSE_ROLLUP_FLUSH_INTERVAL", 5.0, mi
 # memory (oldest minute dropped and counted past it; 8,000 GPUs x 60 minutes) ...
 GPULSE_ROLLUP_MAX_ROWS = env_int("GPULSE_ROLLUP_MAX_ROWS", 500_000, minimum=1)
 # ... and at most this many stream entries wait unacknowledged (past it, the oldest are
-# acknowledged before their rollups are written, and counted).
+# acknowledged before their rollups and usage are written, and counted).
 GPULSE_INGEST_MAX_UNACKED = env_int("GPULSE_INGEST_MAX_UNACKED", 200_000, minimum=1)
 
 # A node whose newest bandwidth probe is this fraction below its own median is flagged.
@@ -200,6 +200,12 @@ GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)
 # measure what accounting costs. A GPU is busy at or above GPULSE_BUSY_UTIL (%); prices default
 # from the environment until set in the admin.
 GPULSE_USAGE_ACCOUNTING = env_bool("GPULSE_USAGE_ACCOUNTING", True)
+# Ingest writes the usage this often (seconds; with a rollup write), not at every rollup write:
+# each write is a row per GPU, which at 8,000 GPUs every 5 s was most of what accounting cost.
+# Stream entries stay pending until their usage is written, so a crash loses nothing: keep it
+# well under what the telemetry stream holds (gpulse/keys.py TELEMETRY_MAXLEN: 2 minutes of
+# 1,000 nodes at 1 Hz) and GPULSE_INGEST_MAX_UNACKED entries.
+GPULSE_USAGE_FLUSH_INTERVAL = env_float("GPULSE_USAGE_FLUSH_INTERVAL", 60.0, minimum=0.1)
 GPULSE_BUSY_UTIL = env_float("GPULSE_BUSY_UTIL", 5.0, minimum=0.0, maximum=100.0)
 GPULSE_PRICE_GPU_HOUR = env_float("GPULSE_PRICE_GPU_HOUR", 2.5, minimum=0.0)
 GPULSE_PRICE_KWH = env_float("GPULSE_PRICE_KWH", 0.15, minimum=0.0)

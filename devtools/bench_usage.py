@@ -3,10 +3,11 @@
 ``ingest``: 1,000 nodes of 8 GPUs at 1 Hz, shaped like the simulated fleet
 (most GPUs in whole-node jobs, some shared, some idle-allocated, some free).
 Each simulated second does what ingest does with every sample: the rollups'
-fold, the live idle list, and every --flush seconds the database write; once
-with the usage accounting and once with it off (GPULSE_USAGE_ACCOUNTING's
-switch), in the same process and database. Printed: CPU ms per simulated second for both, and the
-difference, which is what accounting adds (10 ms = 1 % of a core).
+fold, the live idle list, every --flush seconds the database write, and every
+--usage-flush seconds the usage's with it; once with the usage accounting and
+once with it off (GPULSE_USAGE_ACCOUNTING's switch), in the same process and
+database. Printed: CPU ms per simulated second for both, and the difference,
+which is what accounting adds (10 ms = 1 % of a core).
 
 Without DATABASE_URL, a new SQLite file in a temporary folder.
 
@@ -60,12 +61,12 @@ def fleet(nodes: int, gpus: int, second: int) -> list[dict]:
         else:
             owners += [None] * gpus
         utils = [0.0 if owner is None or (kind >= 7 and g >= gpus // 2) else 95.0 for g, owner in enumerate(owners)]
-        samples.append({"v": 1, "node": f"node-{n:04d}", "ts": 1_800_000_000.0 + second, "interval": 1.0,
+        samples.append({"v": 1, "node": f"node-{n:04d}", "ts": 1_800_000_030.0 + second, "interval": 1.0,
                         "gpus": [_gpu(g, utils[g], owners[g], 1e12 + 500_000.0 * second) for g in range(gpus)]})
     return samples
 
 
-def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int) -> dict:
+def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int, usage_flush: int) -> dict:
     from django.core.management import call_command
 
     from dashboard.live import rollups
@@ -83,7 +84,7 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int) -> dict:
         for model in (GpuRollup, GpuUsage, UsageHour, ClusterUsage):
             model.objects.all().delete()
         accumulator = rollups.RollupAccumulator("bench", max_rows=10**7, accounting=with_usage)
-        accumulator.high_water = accumulator.written_mark = (0, 0)
+        accumulator.resume((0, 0), (0, 0))
         idle = IdleAllocations()
         started = time.process_time()
         for second, batch in enumerate(batches):
@@ -93,7 +94,7 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int) -> dict:
                 accumulator.add(sample)
             accumulator.fold_queued()
             if (second + 1) % flush == 0:
-                accumulator.write()
+                accumulator.write(usage=(second + 1) % usage_flush < flush)
         accumulator.write()
         return (time.process_time() - started) * 1000 / seconds
 
@@ -106,7 +107,8 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int) -> dict:
         without.append(run(False))
         with_.append(run(True))
     base, total = min(without), min(with_)
-    return {"nodes": nodes, "gpus": nodes * gpus, "seconds": seconds, "flush_every_s": flush,
+    return {"nodes": nodes, "gpus": nodes * gpus, "seconds": seconds,
+            "flush_every_s": flush, "usage_flush_every_s": usage_flush,
             "database": django.db.connection.vendor, "cpu_ms_per_s_without_usage": round(base, 2),
             "cpu_ms_per_s_with_usage": round(total, 2), "usage_adds_ms_per_s": round(total - base, 2)}
 
@@ -197,6 +199,7 @@ def main() -> None:
     ingest.add_argument("--gpus-per-node", type=int, default=8)
     ingest.add_argument("--seconds", type=int, default=60)
     ingest.add_argument("--flush", type=int, default=5, help="seconds between database writes (ingest's default)")
+    ingest.add_argument("--usage-flush", type=int, default=60, help="seconds between writes of the usage (ditto)")
     query = sub.add_parser("query")
     query.add_argument("--days", type=int, default=30)
     query.add_argument("--nodes", type=int, default=1000)
@@ -209,7 +212,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
     django.setup()
     if args.what == "ingest":
-        result = bench_ingest(args.nodes, args.gpus_per_node, args.seconds, args.flush)
+        result = bench_ingest(args.nodes, args.gpus_per_node, args.seconds, args.flush, args.usage_flush)
     else:
         result = bench_query(args.days, args.nodes, args.repeat)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

@@ -183,7 +183,7 @@ def test_entries_left_pending_by_a_dead_consumer_are_reclaimed(redis_client, mak
 
 
 def test_entries_a_live_consumer_left_pending_for_long_are_reclaimed(redis_client, make_ingest, frames, monkeypatch):
-    survivor = make_ingest(consumer="survivor")
+    survivor = make_ingest(consumer="survivor", flush_interval=0.0, usage_flush_interval=0.0)
     survivor.ensure_group()
     xadd(redis_client, schema.encode(sample("orphan")))
     redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry: ">"}, count=10)
@@ -193,14 +193,11 @@ def test_entries_a_live_consumer_left_pending_for_long_are_reclaimed(redis_clien
     assert "orphan" in frames[-1]["nodes"]
 
 
-def test_entries_held_until_the_next_rollup_write_are_not_reclaimed_by_their_own_ingest(
-    redis_client, make_ingest, monkeypatch
-):
+def test_entries_held_until_the_next_rollup_write_are_not_reclaimed_by_their_own_ingest(redis_client, make_ingest):
     ingest = make_ingest()
     xadd(redis_client, schema.encode(sample("n1")))
     ingest.read(block_ms=10)  # held, unacknowledged, until the next write (the database may be away)
-    monkeypatch.setattr("dashboard.live.ingest.RECLAIM_IDLE_MS", 0)
-    assert ingest.reclaim() == 0
+    assert ingest.reclaim(min_idle_ms=0) == 0
     assert ingest.processed == 1 and len(ingest.unacked) == 1
     ingest.flush_rollups()
     assert GpuRollup.objects.get(node="n1", gpu=0).samples == 1

@@ -76,7 +76,8 @@ class RunningIngest:
         self.log_path = log_path
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "ingest", "--tick", "0.5", "--consumer", "poison-test"],
-            cwd=ROOT, env={**os.environ, "DATABASE_URL": database_url_of_tests()},
+            # Entries are acknowledged once their usage is written (every 60 s by default): every second here.
+            cwd=ROOT, env={**os.environ, "DATABASE_URL": database_url_of_tests(), "GPULSE_USAGE_FLUSH_INTERVAL": "1"},
             stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
         )
 

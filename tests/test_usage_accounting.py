@@ -17,11 +17,12 @@ from dashboard.live.models import ClusterUsage, GpuRollup, GpuUsage, UsageHour
 from dashboard.live.rollups import RollupAccumulator
 from dashboard.summary import idle_summary
 from dashboard.usage.models import EnergyPrice, GpuPrice
-from gpulse.keys import Keys
+from gpulse import schema
+from gpulse.keys import INGEST_GROUP, Keys
 from gpulse.usage import is_allocated, is_idle_allocated, owner
 from tests import fake_nvml
 from tests.samples import gpu, sample
-from tests.test_ingest import apply, entry_at, frames, make_ingest  # noqa: F401 (fixtures)
+from tests.test_ingest import apply, entry_at, frames, make_ingest, xadd  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,10 +109,57 @@ def test_entries_read_again_after_a_write_are_not_counted_twice(make_ingest):  #
     assert UsageHour.objects.get().samples == 10 and ClusterUsage.objects.get().samples == 10
 
 
+def test_usage_written_less_often_than_the_rollups_is_counted_once_after_a_crash(redis_client, make_ingest):  # noqa: F811
+    def entries(seconds):
+        return [(entry_at(1_700_000_040.0 + s), node_sample("n1", 1_700_000_040.0 + s,
+                                                              [(90, [process("alice", "100")], None, 300.0, H100)]))
+                for s in seconds]
+
+    ingest = make_ingest()
+    first, then = entries(range(10)), entries(range(10, 15))
+    for entry_id, s in first:
+        ingest.apply(s, entry_id)
+    ingest.flush_rollups()  # rollups and usage of the first 10 s
+    for entry_id, s in then:
+        ingest.apply(s, entry_id)
+    ingest.flush_rollups(usage=False)  # the rollups of the next 5 s; their usage waits
+    assert GpuRollup.objects.get().samples == 15 and GpuUsage.objects.get().samples == 10
+    again = make_ingest()  # killed: a restarted ingest reads the pending entries again, and all before them
+    for entry_id, s in first + then:
+        again.apply(s, entry_id)
+    again.flush_rollups(usage=False)
+    assert GpuRollup.objects.get().samples == 15 and GpuUsage.objects.get().samples == 10
+    again.flush_rollups()
+    assert GpuRollup.objects.get().samples == 15, "the rollups were written: the entries count for their usage alone"
+    row = GpuUsage.objects.get()
+    assert (row.samples, row.allocated_seconds) == (15, 15.0)
+    assert UsageHour.objects.get().samples == 15 and ClusterUsage.objects.get().samples == 15
+    assert again.rollups.duplicates == 10
+
+
+def test_entries_stay_pending_until_their_usage_is_written(redis_client, make_ingest):  # noqa: F811
+    ingest = make_ingest(flush_interval=0.0, usage_flush_interval=3600.0)
+    for second in range(3):
+        xadd(redis_client, schema.encode(node_sample("n1", time.time() - 3 + second,
+                                                     [(90, [process("alice", "100")], None, 300.0, H100)])))
+    ingest.read(block_ms=10)
+    ingest.use_database(time.time())  # the first write takes the usage too
+    assert redis_client.xpending(Keys().telemetry, INGEST_GROUP)["pending"] == 0
+    xadd(redis_client, schema.encode(node_sample("n1", time.time(),
+                                                 [(90, [process("alice", "100")], None, 300.0, H100)])))
+    ingest.read(block_ms=10)
+    ingest.use_database(time.time())  # the rollups only: the usage is due in an hour
+    assert GpuRollup.objects.get().samples == 4 and GpuUsage.objects.get().samples == 3
+    assert redis_client.xpending(Keys().telemetry, INGEST_GROUP)["pending"] == 1
+    ingest.finish()  # a deploy's SIGTERM writes it all
+    assert GpuUsage.objects.get().samples == 4
+    assert redis_client.xpending(Keys().telemetry, INGEST_GROUP)["pending"] == 0
+
+
 def accumulator(busy_util: float = 5.0) -> RollupAccumulator:
     """Ingest's accumulator, as though the checkpoint were read (nothing here writes)."""
     rollups = RollupAccumulator("test", busy_util=busy_util)
-    rollups.high_water = rollups.written_mark = (0, 0)
+    rollups.resume((0, 0), (0, 0))
     return rollups
 
 

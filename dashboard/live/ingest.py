@@ -52,7 +52,8 @@ IDLE_BLOCK_MS = 100
 # go on, BURST_GAP apart), or at the latest this fraction of a tick after it
 # began: a few collector processes finishing apart must not split it in two.
 BURST_WAIT_MAX = 0.4
-# Entries another consumer read but never acknowledged for this long are taken over.
+# Entries another consumer read but never acknowledged for this long (and as long as
+# this ingest holds its own: Ingest.reclaim) are taken over.
 RECLAIM_IDLE_MS = 30_000
 RECLAIM_EVERY = 15.0
 # Each tick parses about 50,000 containers (a 1,000-node burst of samples) that
@@ -94,6 +95,7 @@ class Ingest:
         forget_nodes_after: float = DEFAULT_FORGET_NODES_AFTER,
         forget_consumers_after: float = DEFAULT_FORGET_CONSUMERS_AFTER,
         flush_interval: float = 5.0,
+        usage_flush_interval: float = 60.0,
         max_rollup_rows: int = 500_000,
         max_unacked: int = 200_000,
         busy_util: float = BUSY_UTIL,
@@ -121,8 +123,10 @@ class Ingest:
         self.idle = IdleAllocations()
         self.flush_interval = flush_interval
         self.next_flush = 0.0
+        self.usage_flush_interval = usage_flush_interval
+        self.next_usage_flush = 0.0
         self.database = DatabaseOutage()
-        self.unacked: list[bytes] = []  # entries read whose rollups are not written yet
+        self.unacked: list[bytes] = []  # entries read whose rollups or usage are not written yet
         self.max_unacked = max_unacked
         self.exposed = 0  # entries acknowledged before their rollups were written (bound reached)
         self.probes = ProbeTracker(client, self.keys, probe_low_fraction)
@@ -240,8 +244,12 @@ class Ingest:
 
     def reclaim(self, min_idle_ms: int | None = None) -> int:
         """Take over entries a dead consumer read but never acknowledged."""
-        # Entries this ingest holds until its next rollup write (longer while the database
-        # is away) are claimed too, as idle ones: they are not taken in a second time.
+        if min_idle_ms is None:
+            # This ingest holds what it read until its usage is written: idle that long is not dead.
+            holding = self.flush_interval + (self.usage_flush_interval if self.usage_accounting else 0.0)
+            min_idle_ms = RECLAIM_IDLE_MS + int(holding * 1000)
+        # Entries this ingest holds longer (while the database is away) are claimed too, as
+        # idle ones: they are not taken in a second time.
         held = set(self.unacked)
         claimed = 0
         start = "0-0"
@@ -249,7 +257,7 @@ class Ingest:
             # Redis 7 adds a third element (deleted ids); 6.2 answers two.
             start, entries = self.redis.xautoclaim(
                 self.keys.telemetry, INGEST_GROUP, self.consumer,
-                RECLAIM_IDLE_MS if min_idle_ms is None else min_idle_ms, start_id=start, count=READ_BATCH,
+                min_idle_ms, start_id=start, count=READ_BATCH,
             )[:2]
             entries = [entry for entry in entries if entry[0] not in held]
             if entries:
@@ -476,8 +484,11 @@ class Ingest:
                 self.evaluator.evaluate(self.state, now, probes=self.probes.busbw(), health=self.health.nodes)
             self.latest_summary = self.summary(self.idle.by_model() if self.usage_accounting else None)
             if now >= self.next_flush:
-                self.flush_rollups()
+                usage = now >= self.next_usage_flush
+                self.flush_rollups(usage=usage)
                 self.next_flush = now + self.flush_interval
+                if usage:
+                    self.next_usage_flush = now + self.usage_flush_interval
         except django.db.Error as exc:
             self.database.failed(exc, now)
         except Exception:
@@ -504,13 +515,15 @@ class Ingest:
         for start in range(0, len(ids), ACK_BATCH):
             self.redis.xack(self.keys.telemetry, INGEST_GROUP, *ids[start:start + ACK_BATCH])
 
-    def flush_rollups(self) -> int:
-        """Write the rollups of every entry read so far, then acknowledge those entries; return rows."""
-        written = self.rollups.write()
-        ids, self.unacked = self.unacked, []
-        # Should this XACK not reach Redis, the entries stay pending: re-read after
-        # the reconnection, they are skipped by the rollups' checkpoint.
-        self.ack(ids)
+    def flush_rollups(self, usage: bool = True) -> int:
+        """Write the rollups of every entry read so far and, with ``usage``, their usage, then acknowledge
+        those entries once both are written; return rollup rows."""
+        written = self.rollups.write(usage=usage)
+        if usage or not self.usage_accounting:
+            ids, self.unacked = self.unacked, []
+            # Should this XACK not reach Redis, the entries stay pending: re-read after
+            # the reconnection, they are skipped by the checkpoints.
+            self.ack(ids)
         return written
 
     def finish(self) -> None:

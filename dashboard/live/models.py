@@ -39,15 +39,18 @@ class GpuRollup(models.Model):
 
 
 class RollupCheckpoint(models.Model):
-    """The newest stream entry folded into GpuRollup, per stream and consumer group.
+    """The newest stream entry folded into GpuRollup, and into the usage tables, per stream and consumer group.
 
-    Written in the same transaction as the rollups it covers: an entry at or
+    Written in the same transaction as the rows it covers: an entry at or
     below it is already counted, whether or not its acknowledgement reached Redis.
+    The usage is written less often than the rollups: its entry is at or behind theirs.
     """
 
     stream = models.CharField(max_length=255, unique=True, help_text="'<stream key> <consumer group>'")
     entry_ms = models.BigIntegerField()
     entry_seq = models.BigIntegerField()
+    usage_entry_ms = models.BigIntegerField()
+    usage_entry_seq = models.BigIntegerField()
 
 
 class HealthChange(models.Model):

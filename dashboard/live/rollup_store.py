@@ -93,11 +93,15 @@ def merge(model: type[Model], columns: Sequence[str], key: Sequence[str], assign
         cursor.execute(f"TRUNCATE {part}" if postgres else f"DELETE FROM {part}")
 
 
-def load_checkpoint(stream: str) -> tuple[int, int]:
-    """The newest entry id (ms, seq) already folded into the rollups; (0, 0) when none."""
-    found = RollupCheckpoint.objects.filter(stream=stream).values_list("entry_ms", "entry_seq").first()
-    return found or (0, 0)
+def load_checkpoint(stream: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The newest entry ids (ms, seq) already folded into the rollups and into the usage; (0, 0) when none."""
+    found = RollupCheckpoint.objects.filter(stream=stream).values_list(
+        "entry_ms", "entry_seq", "usage_entry_ms", "usage_entry_seq").first()
+    return (found[:2], found[2:]) if found else ((0, 0), (0, 0))
 
 
-def save_checkpoint(stream: str, entry: tuple[int, int]) -> None:
-    RollupCheckpoint.objects.update_or_create(stream=stream, defaults={"entry_ms": entry[0], "entry_seq": entry[1]})
+def save_checkpoint(stream: str, entry: tuple[int, int], usage_entry: tuple[int, int]) -> None:
+    RollupCheckpoint.objects.update_or_create(stream=stream, defaults={
+        "entry_ms": entry[0], "entry_seq": entry[1],
+        "usage_entry_ms": usage_entry[0], "usage_entry_seq": usage_entry[1],
+    })

@@ -11,13 +11,17 @@ outage at any moment loses no minute and counts nothing twice:
    lands in it. There is no grace period and no minute held back.
 2. Acknowledge only what is durable. Ingest keeps the ids of the stream
    entries it read and XACKs them only after the write that folded them in
-   committed. Until then they stay pending in Redis; a restarted ingest claims
-   every pending entry (its own and a dead consumer's) before reading new ones.
+   committed (with usage accounting on, the write of their usage, every
+   GPULSE_USAGE_FLUSH_INTERVAL seconds). Until then they stay pending in
+   Redis; a restarted ingest claims every pending entry (its own and a dead
+   consumer's) before reading new ones.
 3. Exactly once across a crash between COMMIT and XACK. The same transaction
    as the upsert records a checkpoint: the newest entry id folded in, per
-   stream and consumer group. Entries are folded in id order, and one at or
-   below the high-water mark (the checkpoint, or the newest entry folded since)
-   is skipped here; ingest still shows it live.
+   stream and consumer group, for the rollups and for the usage. Entries are
+   folded in id order, and one at or below the high-water mark (the
+   checkpoint, or the newest entry folded since) is skipped here; one between
+   the usage's mark and the rollups' counts for its usage alone. Ingest still
+   shows each live.
 4. Database outages. A failed write changes nothing in memory: the aggregates
    stay (merging further samples) and are written by the next attempt. They
    are bounded at GPULSE_ROLLUP_MAX_ROWS (node, gpu, minute) cells; past it the
@@ -37,7 +41,7 @@ from django.db import transaction
 
 from dashboard.live import rollup_store, usage_store
 from dashboard.live.models import ROLLUP_METRICS
-from dashboard.live.usage import EnergyCounters, MinuteUsage, Who
+from dashboard.live.usage import SAMPLES, EnergyCounters, MinuteUsage, Who
 from gpulse.usage import BUSY_UTIL, owner
 
 log = logging.getLogger("gpulse.ingest")
@@ -57,7 +61,7 @@ UTIL, POWER, ENERGY = FIELDS.index("util"), FIELDS.index("power"), FIELDS.index(
 
 class MinuteRollup:
     """One minute: (min, sum, max, count) per GPU and metric as numpy arrays indexed by GPU id
-    (RollupAccumulator's), and the minute's usage."""
+    (RollupAccumulator's)."""
 
     def __init__(self, minute: int):
         metrics = len(ROLLUP_METRICS)
@@ -68,7 +72,6 @@ class MinuteRollup:
         self.count = np.zeros((0, metrics), dtype=np.int64)
         self.cells = 0  # GPUs with a reading: the rows this minute writes
         self.start = dt.datetime.fromtimestamp(minute, dt.UTC)
-        self.usage = MinuteUsage(self.start)
 
     def fold(self, ids: np.ndarray, values: np.ndarray, gpus: int) -> None:
         """Merge readings (``values`` in ROLLUP_METRICS order, NaN for a null) of the GPUs ``ids``;
@@ -114,7 +117,12 @@ class RollupAccumulator:
 
     ``stream`` names the checkpoint: the stream key and the consumer group. The
     usage accounting (dashboard/live/usage.py) rides along: same samples, same
-    per-GPU pass, same transaction, same checkpoint.
+    per-GPU pass, same transactions. Its rows are written less often than the
+    rollups (write(usage=False) keeps them): a GPU's usage row is a dozen numbers
+    a minute that 8,000 GPUs would otherwise rewrite at every rollup write, most
+    of what accounting cost ingest. So it has a checkpoint of its own, at or
+    behind the rollups': an entry between the two has its rollups written and
+    its usage not, and is folded for its usage alone when read again.
 
     Each GPU (node, index) has an id, the row of every per-GPU array. A pruned
     node's ids are given to new GPUs once the minutes that may hold its
@@ -127,18 +135,28 @@ class RollupAccumulator:
         self.busy_util = busy_util
         self.accounting = accounting  # off (settings.GPULSE_USAGE_ACCOUNTING): the rollups only
         self.minutes: dict[int, MinuteRollup] = {}
+        self.usage: dict[int, MinuteUsage] = {}  # minute -> its unwritten usage
         self.ids: dict[tuple[str, int], int] = {}  # (node, GPU index) -> GPU id
         self.gpus: list[tuple[str, int]] = []  # GPU id -> (node, GPU index)
         self.free_ids: list[int] = []  # ids no pending minute refers to
-        self.released_ids: list[int] = []  # ids of pruned nodes, free after the next write
+        self.released_ids: list[int] = []  # ids of pruned nodes, free after the next write of both
         self.energy = EnergyCounters()
         self.queued: list[tuple[tuple[int, int] | None, dict]] = []
-        # The newest entry folded into the rollups (checkpoint or since); None until the
-        # checkpoint is read: entries wait in ``queued`` meanwhile.
-        self.high_water: tuple[int, int] | None = None
-        self.written_mark: tuple[int, int] | None = None  # what the database's checkpoint says
+        # Until the checkpoint is read (resume()), entries wait in ``queued``.
+        self.resumed = False
+        # The newest entry folded into the rollups, and into the usage (checkpoint or since) ...
+        self.high_water = self.usage_high_water = (0, 0)
+        # ... and what the database's checkpoint says of each.
+        self.written_mark = self.usage_written_mark = (0, 0)
         self.duplicates = 0  # entries skipped as already counted
         self.lost_samples = 0  # samples dropped for the bound during a database outage
+
+    def resume(self, rollups: tuple[int, int], usage: tuple[int, int]) -> None:
+        """Start from a checkpoint: the newest entries already in the rollups and in the usage."""
+        self.high_water = self.written_mark = rollups
+        # Without accounting the usage is not kept: its mark follows the rollups'.
+        self.usage_high_water = self.usage_written_mark = usage if self.accounting else rollups
+        self.resumed = True
 
     def add(self, sample: dict, entry_id: bytes | str | None = None) -> None:
         """Queue a sample (the per-GPU work waits for fold_queued(), after the tick's frame).
@@ -149,35 +167,44 @@ class RollupAccumulator:
         self.queued.append((None if entry_id is None else entry_key(entry_id), sample))
 
     def fold_queued(self) -> None:
-        """Fold queued samples into their minutes, in entry order, skipping those already counted.
+        """Fold queued samples into their minutes, in entry order, skipping what is already counted.
 
         The loop over GPUs runs for every GPU of the cluster every second: it only
         reads, and the arithmetic is numpy's, once per call. gpulse.usage's
         definitions are inlined in it (tests/test_usage_accounting.py holds the
         two in step).
         """
-        if self.high_water is None:
+        if not self.resumed:
             self._bound_queue()
             return
         ids: list[int] = []
         values: list[tuple] = []
         slots: list[int] = []
-        sizes, times, intervals, minutes = [], [], [], []
+        sizes: list[int] = []
+        times: list[float] = []
+        intervals: list[float] = []
+        minutes: list[int] = []
+        usage_only: list[int] = []  # samples (by position) read again whose rollups are written
         known, accounting = self.ids, self.accounting
         for key, sample in self.queued:
             if key is not None:
-                if key <= self.high_water:
+                if key <= self.usage_high_water:
                     self.duplicates += 1
                     continue
-                self.high_water = key
+                self.usage_high_water = key
+                if key <= self.high_water:  # read again after a restart: its rollups are written
+                    usage_only.append(len(sizes))
+                else:
+                    self.high_water = key
             minute = int(sample["ts"] // 60) * 60
-            bucket = self.minutes.get(minute)
-            if bucket is None:
-                bucket = self.minutes[minute] = MinuteRollup(minute)
-            usage, node, read = bucket.usage, sample["node"], len(ids)
-            current = usage.current
-            if len(current) < len(self.gpus):
-                current += [None] * (len(self.gpus) - len(current))
+            node, read = sample["node"], len(ids)
+            if accounting:
+                if minute not in self.usage:
+                    self.usage[minute] = MinuteUsage(dt.datetime.fromtimestamp(minute, dt.UTC))
+                usage = self.usage[minute]
+                current = usage.current
+                if len(current) < len(self.gpus):
+                    current += [None] * (len(self.gpus) - len(current))
             for gpu in sample["gpus"]:
                 get = gpu.get
                 if get("lost"):
@@ -186,7 +213,7 @@ class RollupAccumulator:
                 gpu_id = known.get((node, index))
                 if gpu_id is None:
                     gpu_id = self._new_id(node, index)
-                    if gpu_id == len(current):
+                    if accounting and gpu_id == len(current):
                         current.append(None)
                 ids.append(gpu_id)
                 values.append(tuple(map(get, FIELDS)))
@@ -216,24 +243,36 @@ class RollupAccumulator:
         self.queued = []
         if ids:
             self._fold(np.array(ids), np.array(values, dtype=float), np.array(slots), np.array(sizes),
-                       times, intervals, minutes)
+                       times, intervals, minutes, usage_only)
         self._bound()
 
     def _fold(self, ids: np.ndarray, values: np.ndarray, slots: np.ndarray, sizes: np.ndarray,
-              times: list[float], intervals: list[float], minutes: list[int]) -> None:
-        """Fold the readings of the queued samples (a null reading is NaN in ``values``) into their minutes."""
+              times: list[float], intervals: list[float], minutes: list[int], usage_only: list[int]) -> None:
+        """Fold the readings of the queued samples (a null reading is NaN in ``values``) into their minutes;
+        ``usage_only``: the samples (by position) whose rollups are already written."""
         touched = set(minutes)
         minute_of = np.repeat(minutes, sizes) if len(touched) > 1 else None
+        rollup = None
+        if usage_only:
+            counted = np.ones(len(sizes), dtype=bool)
+            counted[usage_only] = False
+            rollup = np.repeat(counted, sizes)
         if self.accounting:
             seconds = np.repeat(intervals, sizes)
             joules = self.energy.joules(ids, np.repeat(times, sizes), values[:, ENERGY], values[:, POWER], seconds)
             busy = values[:, UTIL] >= self.busy_util  # a null utilization (NaN) is not busy
         for minute in touched:
             these = slice(None) if minute_of is None else minute_of == minute
-            bucket = self.minutes[minute]
-            bucket.fold(ids[these], values[these, :len(ROLLUP_METRICS)], len(self.gpus))
             if self.accounting:
-                bucket.usage.add(slots[these], seconds[these], busy[these], joules[these])
+                self.usage[minute].add(slots[these], seconds[these], busy[these], joules[these])
+            if rollup is not None:
+                these = rollup if minute_of is None else these & rollup
+                if not these.any():
+                    continue
+            bucket = self.minutes.get(minute)
+            if bucket is None:
+                bucket = self.minutes[minute] = MinuteRollup(minute)
+            bucket.fold(ids[these], values[these, :len(ROLLUP_METRICS)], len(self.gpus))
 
     def _new_id(self, node: str, index: int) -> int:
         if self.free_ids:
@@ -264,6 +303,12 @@ class RollupAccumulator:
                 "rollups: dropped the unwritten minute %s (%d GPU samples): more than %d rows wait for the database",
                 bucket.start.isoformat(), lost, self.max_rows,
             )
+        slots = sum(len(usage.keys) for usage in self.usage.values())
+        while slots > self.max_rows and len(self.usage) > 1:
+            usage = self.usage.pop(min(self.usage))
+            slots -= len(usage.keys)
+            log.error("usage: dropped the unwritten minute %s (%d GPU samples): more than %d rows wait for the "
+                      "database", usage.start.isoformat(), int(usage.sums[:, SAMPLES].sum()), self.max_rows)
 
     def _bound_queue(self) -> None:
         # The checkpoint was never read (the database is down since ingest started):
@@ -283,8 +328,8 @@ class RollupAccumulator:
         gpu_rows: list[tuple] = []
         hours: dict[tuple, list] = {}
         cluster_rows = []
-        for minute in sorted(self.minutes):
-            usage = self.minutes[minute].usage
+        for minute in sorted(self.usage):
+            usage = self.usage[minute]
             rows, groups, total = usage.rows()
             if not rows:
                 continue
@@ -298,24 +343,32 @@ class RollupAccumulator:
         hour_rows = [(*key, int(sums[0]), *sums[1:]) for key, sums in hours.items()]
         return gpu_rows, hour_rows, cluster_rows
 
-    def write(self) -> int:
-        """Merge every partial minute and the checkpoint in one transaction; return rows merged.
+    def write(self, usage: bool = True) -> int:
+        """Merge every partial minute and the checkpoint in one transaction; return rollup rows merged.
 
-        On a database error nothing in memory changes: the next call writes it all.
+        ``usage``: write the usage too (else it stays in memory, its checkpoint where it was). On a
+        database error nothing in memory changes: the next call writes it all.
         """
-        if self.high_water is None:
-            self.high_water = self.written_mark = rollup_store.load_checkpoint(self.stream)
+        if not self.resumed:
+            self.resume(*rollup_store.load_checkpoint(self.stream))
         self.fold_queued()
-        if not self.minutes and self.high_water == self.written_mark:
+        usage = usage or not self.accounting
+        if (not self.minutes and self.high_water == self.written_mark
+                and (not usage or not self.usage and self.usage_high_water == self.usage_written_mark)):
             return 0
         rows = [row for minute in sorted(self.minutes) for row in self.minutes[minute].rows(self.gpus)]
+        usage_mark = self.usage_high_water if usage else self.usage_written_mark
         with transaction.atomic():
             rollup_store.merge_rollups(rows)
-            usage_store.merge_usage(*self.usage_rows())
-            if self.high_water != self.written_mark:
-                rollup_store.save_checkpoint(self.stream, self.high_water)
+            if usage and self.accounting:
+                usage_store.merge_usage(*self.usage_rows())
+            if (self.high_water, usage_mark) != (self.written_mark, self.usage_written_mark):
+                rollup_store.save_checkpoint(self.stream, self.high_water, usage_mark)
         self.minutes = {}
         self.written_mark = self.high_water
-        self.free_ids += self.released_ids
-        self.released_ids = []
+        if usage:
+            self.usage = {}
+            self.usage_written_mark = usage_mark
+            self.free_ids += self.released_ids
+            self.released_ids = []
         return len(rows)

@@ -40,6 +40,7 @@ class Command(BaseCommand):
             forget_nodes_after=settings.GPULSE_NODE_FORGET_AFTER,
             forget_consumers_after=settings.GPULSE_INGEST_CONSUMER_FORGET_AFTER,
             flush_interval=settings.GPULSE_ROLLUP_FLUSH_INTERVAL,
+            usage_flush_interval=settings.GPULSE_USAGE_FLUSH_INTERVAL,
             max_rollup_rows=settings.GPULSE_ROLLUP_MAX_ROWS,
             max_unacked=settings.GPULSE_INGEST_MAX_UNACKED,
             busy_util=settings.GPULSE_BUSY_UTIL,
