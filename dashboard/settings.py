@@ -184,7 +184,8 @@ GPULSE_TICK = env_float("GPULSE_TICK", 1.0)
 # Seconds of ingest lag past which /healthz reports ingest as failing.
 GPULSE_INGEST_MAX_LAG = env_float("GPULSE_INGEST_MAX_LAG", 10.0)
 # Ingest merges the minute rollups it gathered into the database this often (seconds),
-# and acknowledges stream entries only then (dashboard/live/rollups.py).
+# and acknowledges stream entries only then, or with usage accounting on, once their usage
+# is written too (GPULSE_USAGE_FLUSH_INTERVAL; dashboard/live/rollups.py).
 GPULSE_ROLLUP_FLUSH_INTERVAL = env_float("GPULSE_ROLLUP_FLUSH_INTERVAL", 5.0, minimum=0.1)
 # During a database outage: at most this many (node, gpu, minute) rollup rows wait in
 # memory (oldest minute dropped and counted past it; 8,000 GPUs x 60 minutes) ...
