@@ -11,8 +11,8 @@ esbuild.buildSync({
   outfile: path.join(__dirname, "dist", "plotly-gpulse.min.js"),
   bundle: true,
   minify: true,
+  // No global name: index.js sets window.GpulsePlotly and, once its last stage has run, window.Plotly.
   format: "iife",
-  globalName: "Plotly",
   target: "es2016",
   define: { global: "window", "define.amd": "false" },
   // MapLibre's stylesheet, required only when a map trace registers: there is none.
