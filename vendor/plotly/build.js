@@ -19,8 +19,8 @@ esbuild.buildSync({
   loader: { ".css": "empty" },
   // First, V8's explicit compile hint: compile every function as the script is streamed, on a
   // background thread, instead of each on the main thread when first called. On a 2-core machine
-  // it took Plotly's stages from 4-24 ms to 1-14 ms and a page's first chart from 73-117 ms to
-  // 43-64 ms (docs/PERFORMANCE.md, 2026-11-26). Then the version, which devtools/plotly_css.py
+  // it took Plotly's longest stage from 12-24 ms to 5-14 ms and a page's first chart from
+  // 73-117 ms to 43-64 ms (docs/PERFORMANCE.md, 2026-11-26). Then the version, which devtools/plotly_css.py
   // reads; the bundled libraries' licences are at the end.
   banner: { js: `//# allFunctionsCalledOnLoad\n/* plotly.js (gpulse: scatter, heatmap - minified) v${version}\n * Copyright Plotly, Inc. Licensed under the MIT license */` },
   logLevel: "warning",

@@ -6,9 +6,9 @@
 // 81-166 ms at 2,000 GPUs. esbuild wraps each CommonJS module in a function that runs on its
 // first require, so requiring a subtree evaluates it (and whatever of its dependencies has not
 // run yet); a later require of it only looks it up. The stages follow the order in which
-// plotly.js/lib/core requires them; each took 4-24 ms on a 2-core machine (1-14 ms with the
-// compile hint of build.js), where all of them in one task took 53-98 ms (docs/PERFORMANCE.md,
-// 2026-11-26).
+// plotly.js/lib/core requires them; each took up to 24 ms on a 2-core machine (up to 14 ms with
+// the compile hint of build.js), where all of them in one task took 53-98 ms
+// (docs/PERFORMANCE.md, 2026-11-26).
 //
 // window.GpulsePlotly is a promise of Plotly once every stage has run; the global Plotly is set
 // then too. Page scripts draw their charts from it (GpulsePlotly.then(...)).
