@@ -55,7 +55,9 @@ function renderChart(rows) {
     traces.push({x: mine.map((r) => r.size), y: mine.map((r) => r.algbw), name: `algbw ${label}`,
                  mode: "lines+markers", line: {dash: "dot"}});
   }
-  Plotly.react("bandwidth-chart", traces, chartLayout("Bandwidth vs message size"), {displaylogo: false, responsive: true});
+  // Plotly loads in stages, a task each (vendor/plotly/index.js).
+  GpulsePlotly.then((Plotly) => Plotly.react("bandwidth-chart", traces, chartLayout("Bandwidth vs message size"),
+                                              {displaylogo: false, responsive: true}));
 }
 
 // A size is done once its in-place row, measured after the out-of-place one, has come.
@@ -112,7 +114,8 @@ function compareJobs(jobs) {
     return {x: rows.map((r) => r.size), y: rows.map((r) => r.busbw), mode: "lines+markers",
             name: GpulseFormat.plotlyText(`#${job.id} ${job.nodes.join(",")} ×${job.ranks_per_node} ${job.result.backend}`)};
   });
-  Plotly.react("compare-chart", traces, chartLayout("busbw (out-of-place) vs message size"), {displaylogo: false, responsive: true});
+  GpulsePlotly.then((Plotly) => Plotly.react("compare-chart", traces, chartLayout("busbw (out-of-place) vs message size"),
+                                              {displaylogo: false, responsive: true}));
 }
 
 const jobData = document.getElementById("job-data");

@@ -200,7 +200,8 @@
   /* Draw the chart ``id`` (``job``) in an animation frame of its own, one chart a frame for the
    * whole page: four charts drawn in one task held the page for 50–120 ms every second, and
    * the live, history and probe charts asking at once (as the page loads) put two or three in
-   * one frame (issue 18). A newer drawing of a chart replaces its waiting one, in its place. */
+   * one frame (issue 18). A newer drawing of a chart replaces its waiting one, in its place.
+   * The first turn waits for Plotly, which loads in stages, a task each (vendor/plotly/index.js). */
   const turns = new Map(); // chart id -> its waiting job, in the order asked
   let turnQueued = false;
 
@@ -208,7 +209,7 @@
     turns.set(id, job);
     if (!turnQueued) {
       turnQueued = true;
-      requestAnimationFrame(nextTurn);
+      window.GpulsePlotly.then(function () { requestAnimationFrame(nextTurn); });
     }
   }
 

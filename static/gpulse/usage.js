@@ -60,5 +60,5 @@
   }
 
   document.getElementById("time-zone").textContent = "times in " + F.zoneName();
-  draw();
+  window.GpulsePlotly.then(draw); // Plotly loads in stages, a task each (vendor/plotly/index.js)
 })();
