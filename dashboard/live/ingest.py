@@ -128,7 +128,7 @@ class Ingest:
         self.database = DatabaseOutage()
         self.unacked: list[bytes] = []  # entries read whose rollups or usage are not written yet
         self.max_unacked = max_unacked
-        self.exposed = 0  # entries acknowledged before their rollups were written (bound reached)
+        self.exposed = 0  # entries acknowledged before their rollups and usage were written (bound reached)
         self.probes = ProbeTracker(client, self.keys, probe_low_fraction)
         self.health = NodeHealthBook()
         self.health_changes = HealthChangeQueue()
@@ -500,7 +500,7 @@ class Ingest:
     # -- acknowledgement ------------------------------------------------------
 
     def hold_acks(self, ids: list[bytes]) -> None:
-        """Keep entry ids until the rollups they feed are written (flush_rollups acknowledges them)."""
+        """Keep entry ids until the rollups and usage they feed are written (flush_rollups acknowledges them)."""
         self.unacked += ids
         excess = len(self.unacked) - self.max_unacked
         if excess > 0:
