@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from django.db import connection
 
 from dashboard.live.frames import gpu_row
 from dashboard.live.idle import IdleAllocations
@@ -287,6 +288,45 @@ def test_with_accounting_off_ingest_keeps_its_rollups_and_no_usage(redis_client,
     assert not GpuUsage.objects.exists() and not UsageHour.objects.exists() and not ClusterUsage.objects.exists()
     assert orjson.loads(redis_client.get(Keys().idle_allocations)) == []  # an earlier ingest's list cleared
     assert seen and seen[-1] is None  # the KPI shows a dash, not "0 GPUs"
+
+
+# Outside a test transaction: the outage closes the connection, as it does in production.
+@pytest.mark.django_db(transaction=True)
+def test_usage_dropped_at_the_bound_during_an_outage_is_counted_in_the_heartbeat(make_ingest):  # noqa: F811
+    """A GPU that changes hands within a minute is one rollup row but a usage row per owner: its usage
+    reaches GPULSE_ROLLUP_MAX_ROWS first, and what the bound drops of it is counted on its own."""
+    ingest = make_ingest(max_rollup_rows=3)
+    ingest.flush_rollups()  # reads the checkpoint: from here on, samples fold as they come
+    with connection.cursor() as cursor:  # the table is away: every write fails, as in an outage
+        cursor.execute("ALTER TABLE live_gpuusage RENAME TO live_gpuusage_away")
+    try:
+        for minute in range(2):  # 2 rollup rows, 4 usage rows: the oldest usage minute (2 samples) goes
+            for second, (user, job) in enumerate([("alice", "100"), ("bob", "200")]):
+                apply(ingest, node_sample("n1", 1_700_000_040.0 + 60 * minute + second,
+                                          [(90, [process(user, job)], None, 300.0, H100)]))
+        ingest.emit(time.time())
+        assert ingest.database.describe() is not None
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE live_gpuusage_away RENAME TO live_gpuusage")
+    beat = ingest.heartbeat(time.time())["rollups"]
+    assert (beat["lost_samples"], beat["lost_usage_samples"]) == (0, 2)
+    ingest.flush_rollups()
+    # What was sent is what was written plus what was counted as lost, for the rollups and for the usage.
+    assert sum(GpuRollup.objects.values_list("samples", flat=True)) == 4
+    assert sum(GpuUsage.objects.values_list("samples", flat=True)) == 4 - 2
+
+
+@pytest.mark.parametrize("accounting", [True, False])
+def test_samples_dropped_before_the_checkpoint_is_read_count_as_lost_usage_too(accounting):
+    """The database down since ingest started: samples wait whole, and one dropped loses its usage with it."""
+    rollups = RollupAccumulator("test", max_rows=2, accounting=accounting)
+    for second in range(3):
+        rollups.add(node_sample("n1", 1_700_000_040.0 + second, [(90, [process("alice", "100")], None, 300.0, H100),
+                                                                 (0, [], None, 60.0, H100)]))
+    rollups.fold_queued()
+    assert rollups.lost_samples == 2
+    assert rollups.lost_usage_samples == (2 if accounting else 0)  # without accounting, no usage to lose
 
 
 # -- the API and the page's numbers ------------------------------------------------------------------------------

@@ -556,6 +556,7 @@ class Ingest:
                 "unacked": len(self.unacked),
                 "pending_rows": self.rollups.pending_rows(),
                 "lost_samples": self.rollups.lost_samples,
+                "lost_usage_samples": self.rollups.lost_usage_samples,
                 "exposed_entries": self.exposed,
             },
             "health": {"pending_changes": len(self.health_changes.pending), "lost_changes": self.health_changes.lost},

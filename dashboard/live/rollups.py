@@ -25,7 +25,9 @@ outage at any moment loses no minute and counts nothing twice:
 4. Database outages. A failed write changes nothing in memory: the aggregates
    stay (merging further samples) and are written by the next attempt. They
    are bounded at GPULSE_ROLLUP_MAX_ROWS (node, gpu, minute) cells; past it the
-   oldest minute is dropped, logged and counted in ``lost_samples``.
+   oldest minute is dropped, logged and counted in ``lost_samples``. The usage,
+   bounded the same way but written less often and a row per owner, drops
+   minutes of its own: counted apart, in ``lost_usage_samples``.
 
 Limits. One checkpoint is exact for one ingest consumer reading the stream
 in order: run one ingest at a time (stop the old one before the new starts).
@@ -150,6 +152,9 @@ class RollupAccumulator:
         self.written_mark = self.usage_written_mark = (0, 0)
         self.duplicates = 0  # entries skipped as already counted
         self.lost_samples = 0  # samples dropped for the bound during a database outage
+        # Samples whose usage was dropped for the bound: the rollups' and the usage's minutes are bounded
+        # apart, so either may lose samples the other still holds.
+        self.lost_usage_samples = 0
 
     def resume(self, rollups: tuple[int, int], usage: tuple[int, int]) -> None:
         """Start from a checkpoint: the newest entries already in the rollups and in the usage."""
@@ -307,8 +312,10 @@ class RollupAccumulator:
         while slots > self.max_rows and len(self.usage) > 1:
             usage = self.usage.pop(min(self.usage))
             slots -= len(usage.keys)
+            lost = int(usage.sums[:, SAMPLES].sum())
+            self.lost_usage_samples += lost
             log.error("usage: dropped the unwritten minute %s (%d GPU samples): more than %d rows wait for the "
-                      "database", usage.start.isoformat(), int(usage.sums[:, SAMPLES].sum()), self.max_rows)
+                      "database", usage.start.isoformat(), lost, self.max_rows)
 
     def _bound_queue(self) -> None:
         # The checkpoint was never read (the database is down since ingest started):
@@ -318,6 +325,8 @@ class RollupAccumulator:
             lost = sum(len(sample["gpus"]) for _, sample in self.queued[:excess])
             del self.queued[:excess]
             self.lost_samples += lost
+            if self.accounting:  # never folded: their usage is lost with them
+                self.lost_usage_samples += lost
             log.error("rollups: dropped %d GPU samples: the database has not answered since ingest started", lost)
 
     def pending_rows(self) -> int:
