@@ -175,11 +175,18 @@ def test_killing_the_command_leaves_no_rank_behind():
             orphan.kill()
 
 
+def as_a_terminals_foreground_job() -> None:
+    # A shell without job control (a script's `make test &`) starts its background jobs with SIGINT
+    # ignored; an ignored SIGINT stays ignored across exec, and Python then raises no KeyboardInterrupt:
+    # the command would sweep on. A terminal's foreground job has it at its default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_ranks_and_says_so():
     command = subprocess.Popen([sys.executable, "manage.py", "allreduce", "--backend", "gloo", "--ranks-per-node",
                                 "1", "--min-bytes", "1K", "--max-bytes", "64M", "--iters", "50", "--no-check"],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=as_a_terminals_foreground_job)
     try:
         for line in command.stdout:
             if not line.startswith("#"):
