@@ -246,6 +246,13 @@ def ingest_families():
                                  "readings outside their documented range (or NaN), stored as null")
     nulled.add_metric([], beat.get("nulled", 0))
     yield nulled
+    rollups = beat.get("rollups")
+    if rollups is not None:  # dropped at GPULSE_ROLLUP_MAX_ROWS while the database was down: history is short
+        for name, key, what in (("gpulse_ingest_lost_samples", "lost_samples", "rollups"),
+                                ("gpulse_ingest_lost_usage_samples", "lost_usage_samples", "usage accounting")):
+            lost = CounterMetricFamily(name, f"GPU samples dropped from the {what} during a database outage")
+            lost.add_metric([], rollups.get(key, 0))
+            yield lost
     alerts = beat.get("alerts")
     if alerts is not None:
         yield GaugeMetricFamily("gpulse_alert_evaluation_ok", "1 while ingest's alert evaluation runs through",

@@ -126,4 +126,5 @@ def test_rejected_entries_are_a_number_on_healthz_and_a_counter_on_metrics_never
     counters = {s.name: s.value for f in text_string_to_metric_families(client.get("/metrics").content.decode())
                 for s in f.samples if s.name.startswith(("gpulse_ingest_", "gpulse_alert_evaluation"))}
     assert counters == {"gpulse_ingest_rejected_entries_total": 1, "gpulse_ingest_nulled_readings_total": 2,
+                        "gpulse_ingest_lost_samples_total": 0, "gpulse_ingest_lost_usage_samples_total": 0,
                         "gpulse_alert_evaluation_ok": 1}

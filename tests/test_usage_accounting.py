@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 from django.db import connection
+from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard.live.frames import gpu_row
 from dashboard.live.idle import IdleAllocations
@@ -292,7 +293,8 @@ def test_with_accounting_off_ingest_keeps_its_rollups_and_no_usage(redis_client,
 
 # Outside a test transaction: the outage closes the connection, as it does in production.
 @pytest.mark.django_db(transaction=True)
-def test_usage_dropped_at_the_bound_during_an_outage_is_counted_in_the_heartbeat(make_ingest):  # noqa: F811
+def test_usage_dropped_at_the_bound_during_an_outage_is_counted_in_the_heartbeat_and_metrics(
+        make_ingest, admin_client):  # noqa: F811
     """A GPU that changes hands within a minute is one rollup row but a usage row per owner: its usage
     reaches GPULSE_ROLLUP_MAX_ROWS first, and what the bound drops of it is counted on its own."""
     ingest = make_ingest(max_rollup_rows=3)
@@ -311,6 +313,10 @@ def test_usage_dropped_at_the_bound_during_an_outage_is_counted_in_the_heartbeat
             cursor.execute("ALTER TABLE live_gpuusage_away RENAME TO live_gpuusage")
     beat = ingest.heartbeat(time.time())["rollups"]
     assert (beat["lost_samples"], beat["lost_usage_samples"]) == (0, 2)
+    ingest.emit(time.time())  # the heartbeat in Redis is written before the tick's rollup write
+    lost = {s.name: s.value for f in text_string_to_metric_families(admin_client.get("/metrics").content.decode())
+            for s in f.samples if s.name.startswith("gpulse_ingest_lost")}
+    assert lost == {"gpulse_ingest_lost_samples_total": 0, "gpulse_ingest_lost_usage_samples_total": 2}
     ingest.flush_rollups()
     # What was sent is what was written plus what was counted as lost, for the rollups and for the usage.
     assert sum(GpuRollup.objects.values_list("samples", flat=True)) == 4
