@@ -10,7 +10,8 @@ needs only the node's packages (requirements-node.txt), not Django.
    (and the load's process in ``--query-compute-apps``): each field side by
    side, and whether they agree within what the two reads' timing allows.
 2. The health checks on those real readings: a healthy GPU should pass.
-3. What one ``sample()`` costs on real NVML: wall time and this process's CPU.
+3. What one ``sample()`` costs on real NVML: wall time and this process's CPU,
+   and each NVML entry point's share of it.
 4. The all-reduce sweep on NCCL (one rank per GPU) in nccl-tests' format,
    its correctness check, and the checker's own diagnostic (a corrupted
    rank must be caught); the same sweep on gloo to compare.
@@ -24,11 +25,14 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+import pynvml
 
 from collectors.arguments import positive_float
 from collectors.health_checks import HealthChecks
@@ -244,6 +248,64 @@ def sample_cost(source: NvmlSource, count: int) -> dict:
             "cpu_ms_median": 1e3 * cpus[count // 2], "cpu_ms_max": 1e3 * cpus[-1]}
 
 
+def call_costs(reads: int) -> list[dict]:
+    """Each NVML entry point the source calls: calls, CPU of the calling thread and wall time, per sample.
+
+    The binding's functions are wrapped before the source starts, so the
+    references it keeps (the clock-reasons call) are wrapped too. A call the
+    binding makes inside another (a _v3 behind the plain name) counts in the
+    outer one only.
+    """
+    totals: dict[str, list[float]] = {}
+    depth = threading.local()
+    originals = {name: getattr(pynvml, name) for name in dir(pynvml)
+                 if name.startswith(("nvmlDevice", "nvmlEventSet", "nvmlSystem")) and callable(getattr(pynvml, name))}
+
+    def timed(name, call):
+        def run(*args, **kwargs):
+            outer = not getattr(depth, "inside", False)
+            depth.inside = True
+            cpu, wall = time.thread_time(), time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                if outer:
+                    depth.inside = False
+                    total = totals.setdefault(name, [0, 0.0, 0.0])
+                    total[0] += 1
+                    total[1] += time.thread_time() - cpu
+                    total[2] += time.perf_counter() - wall
+        return run
+
+    for name, call in originals.items():
+        setattr(pynvml, name, timed(name, call))
+    try:
+        source = NvmlSource("gpu-check", interval=1.0)
+        try:
+            source.sample()  # the first read prepares each GPU: not a steady sample's cost
+            totals.clear()
+            for _ in range(reads):
+                source.sample()
+            measured = dict(totals)
+        finally:
+            source.close()
+    finally:
+        for name, call in originals.items():
+            setattr(pynvml, name, call)
+    rows = [{"call": name, "calls": count / reads, "cpu_ms": 1e3 * cpu / reads, "wall_ms": 1e3 * wall / reads}
+            for name, (count, cpu, wall) in measured.items()]
+    return sorted(rows, key=lambda row: -row["cpu_ms"])
+
+
+def print_call_costs(rows: list[dict]) -> None:
+    print("\n## NVML calls per sample, costliest first (CPU of the reading thread)")
+    print(f"{'call':52} {'calls':>6} {'cpu ms':>8} {'wall ms':>8}")
+    for row in rows:
+        print(f"{row['call']:52} {row['calls']:6.1f} {row['cpu_ms']:8.3f} {row['wall_ms']:8.3f}")
+    print(f"{'all':52} {sum(r['calls'] for r in rows):6.1f} {sum(r['cpu_ms'] for r in rows):8.3f} "
+          f"{sum(r['wall_ms'] for r in rows):8.3f}")
+
+
 def sweep(spec: SweepSpec) -> dict:
     result = run_node(spec)
     lines = []
@@ -289,6 +351,8 @@ def check_nvml(load_seconds: float) -> dict:
         print(f"\n## one sample() on real NVML: {json.dumps(cost)}")
     finally:
         source.close()
+    report["call_costs"] = costs = call_costs(20)
+    print_call_costs(costs)
     return report
 
 

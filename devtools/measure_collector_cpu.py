@@ -4,7 +4,8 @@ The GPUs are the fake libnvidia-ml.so.1 of the test suite (tests/fake_nvml,
 built here with gcc): the real nvidia-ml-py binding and the real collector
 run unchanged, only the driver library answers from memory. A real driver
 spends more time per call inside the library; what this measures is the
-collector's own work (the Python around NVML, JSON, Redis writes).
+collector's own work (the Python around NVML, JSON, Redis writes). On a GPU
+node, --driver real measures the collector on the node's own GPUs instead.
 
 The first seconds (imports, NVML start-up) are left out; CPU is the
 collector's user + system time over the measured window, in percent of one
@@ -12,6 +13,7 @@ core. Probes are off (--probe-interval 0): they run every 10 minutes in
 processes of their own.
 
     .venv/bin/python -m devtools.measure_collector_cpu [--gpus 8] [--interval 1] [--duration 60] [--json]
+    python -m devtools.measure_collector_cpu --driver real [--duration 60] [--json]
 """
 
 import argparse
@@ -21,10 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import psutil
 import redis
 
-from collectors.arguments import positive_float, positive_int
+from collectors.arguments import non_negative_float, positive_float, positive_int
 from devtools.redis_server import EmbeddedRedis
 from gpulse.keys import Keys
 from tests import fake_nvml
@@ -39,14 +42,16 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def measure(gpus: int, interval: float, duration: float) -> dict:
+def measure(gpus: int | None, interval: float, duration: float, energy_interval: float | None = None) -> dict:
+    """The collector's CPU over ``duration``; ``gpus`` fake GPUs, or with None the machine's driver and GPUs."""
     server = EmbeddedRedis().start()
     collector = None
     try:
-        env = fake_nvml.subprocess_env(fake_nvml.config(gpus=gpus))
+        env = None if gpus is None else fake_nvml.subprocess_env(fake_nvml.config(gpus=gpus))
         collector = subprocess.Popen(
             [sys.executable, "-m", "collectors", "--source", "nvml", "--redis-url", server.url,
-             "--node-name", "cpu-bench", "--interval", str(interval), "--probe-interval", "0"],
+             "--node-name", "cpu-bench", "--interval", str(interval), "--probe-interval", "0",
+             *([] if energy_interval is None else ["--energy-interval", str(energy_interval)])],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         meter = psutil.Process(collector.pid)
@@ -63,6 +68,7 @@ def measure(gpus: int, interval: float, duration: float) -> dict:
             time.sleep(min(1.0, duration - (time.monotonic() - start)))
         cpu, elapsed = cpu_seconds(meter) - start_cpu, time.monotonic() - start
         samples = client.xlen(Keys().telemetry) - entries_before
+        newest = client.xrevrange(Keys().telemetry, count=1)
         client.close()
     finally:
         if collector is not None and collector.poll() is None:
@@ -75,7 +81,8 @@ def measure(gpus: int, interval: float, duration: float) -> dict:
         "samples": samples,
         "expected_samples": round(elapsed / interval),
         "rss_mb": round(peak_rss / 2**20, 1),
-        "gpus": gpus,
+        "gpus": len(orjson.loads(newest[0][1][b"s"])["gpus"]) if newest else gpus,
+        "driver": "fake" if gpus is not None else "real",
         "interval": interval,
         "duration": round(elapsed, 1),
     }
@@ -83,16 +90,22 @@ def measure(gpus: int, interval: float, duration: float) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpus", type=positive_int, default=8)
+    parser.add_argument("--gpus", type=positive_int, default=8, help="fake GPUs (with --driver fake)")
+    parser.add_argument("--driver", choices=("fake", "real"), default="fake",
+                        help="fake: tests/fake_nvml; real: this machine's NVIDIA driver and GPUs")
     parser.add_argument("--interval", type=positive_float, default=1.0)
     parser.add_argument("--duration", type=positive_float, default=60.0, help="seconds measured, after 5 s of start-up")
+    parser.add_argument("--energy-interval", type=non_negative_float,
+                        help="the collector's --energy-interval (default: the collector's)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = measure(args.gpus, args.interval, args.duration)
+    result = measure(args.gpus if args.driver == "fake" else None, args.interval, args.duration,
+                     args.energy_interval)
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"nvml collector, {result['gpus']} fake GPUs every {result['interval']:g} s, {result['duration']:g} s: "
+        print(f"nvml collector, {result['gpus']} {result['driver']} GPUs every {result['interval']:g} s, "
+              f"{result['duration']:g} s: "
               f"{result['cpu_percent']:.2f} % of one core ({result['cpu_ms_per_sample']} ms CPU per sample), "
               f"{result['samples']} of {result['expected_samples']} samples written, "
               f"peak RSS {result['rss_mb']:.0f} MiB")
