@@ -10,13 +10,24 @@ from pathlib import Path
 from gpulse.schema import valid_node_name
 
 
-def positive_float(text: str) -> float:
+def _float(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def positive_float(text: str) -> float:
+    value = _float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _float(text)
+    if not value >= 0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
     return value
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from collectors.arguments import folder, group_name, positive_float, positive_int
+from collectors.arguments import folder, group_name, non_negative_float, positive_float, positive_int
 from collectors.health_checks import HealthChecks
 from collectors.probe import ProbeRunner
 from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the node's group for --source nvml, e.g. its Slurm partition or node pool: the "
                              "version_skew health check compares driver, CUDA and GPU model within it "
                              "(default: the whole cluster)")
+    parser.add_argument("--energy-interval", type=non_negative_float,
+                        help="seconds between reads of each GPU's energy counter for --source nvml: the call "
+                             "costs milliseconds of CPU on recent GPUs; samples in between carry the last value "
+                             "(default 10; 0: every sample)")
     parser.add_argument("--buffer-size", type=positive_int, default=DEFAULT_BUFFER_SIZE,
                         help="samples kept while Redis is unreachable (default %(default)s)")
     parser.add_argument("--probe-interval", type=float, default=600.0,
@@ -170,7 +174,7 @@ def nvml_source(args: argparse.Namespace) -> Source:
     from collectors.nvml import NvmlSource
 
     return NvmlSource(args.node_name or socket.gethostname(), args.interval, sysfs=args.sysfs, procfs=args.procfs,
-                      group=args.group, pod_resources=args.kubelet_pod_resources)
+                      group=args.group, pod_resources=args.kubelet_pod_resources, energy_interval=args.energy_interval)
 
 
 def dcgm_source(args: argparse.Namespace) -> Source:

@@ -13,6 +13,7 @@ call the GPU does not support gives null, which the checks report as unknown.
 
 import contextlib
 import logging
+import math
 import queue
 import threading
 import time
@@ -42,6 +43,11 @@ KIB = 1024
 MAX_READ_TIMEOUT = 5.0  # s; longer intervals still notice a hung GPU within this
 MAX_XIDS_PER_READ = 64  # an event storm cannot keep a reader draining forever
 TIMED_OUT = "NVML read timed out"
+# The energy counter costs 3-6 ms of CPU a call on an H100, twice what the rest of a GPU's read
+# costs together (docs/PERFORMANCE.md, "On a real H100"): it is read at most this often, and the
+# samples in between carry the last value read, as DCGM's cached fields do. Usage totals stay
+# exact (the counter's deltas add up); a GPU-minute's energy can shift by up to this into the next.
+ENERGY_READ_INTERVAL = 10.0  # s
 
 # NVML itself is gone: nothing can be read until it is initialised again.
 _NVML_GONE = (
@@ -204,7 +210,7 @@ def _rate_kib(now: int | None, before: int | None, seconds: float) -> float | No
 class _Gpu:
     """One GPU's handle, identity and counters. Only its reader thread touches it."""
 
-    def __init__(self, index: int, memory_version, clock_reasons, procfs: Path):
+    def __init__(self, index: int, memory_version, clock_reasons, procfs: Path, energy_interval: float):
         self.index = index
         self._procfs = procfs  # where its processes' owners and cgroups are read
         self.uuid: str | None = None
@@ -217,6 +223,9 @@ class _Gpu:
         self._nvlink_last: tuple[int, int | None, int | None] | None = None  # (µs, tx KiB, rx KiB) at the previous read
         self._links: list[int] = []  # the NVLink links this GPU has
         self._static: dict = {}  # the readings that cannot change while the driver is loaded
+        self._energy_interval = energy_interval
+        self._energy: int | None = None  # the counter as last read, and when (monotonic s)
+        self._energy_read_at = -math.inf
         self._prepared = False
 
     def read(self) -> dict:
@@ -342,13 +351,21 @@ class _Gpu:
             "mem_temp": _field_value(
                 nvml_query(pynvml.nvmlDeviceGetFieldValues, handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP])
             ),
-            # no nvidia-smi query field; nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded)
-            "energy": nvml_query(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle),
+            "energy": self._energy_counter(),
             # nvidia-smi -q: PCI "Replays Since Reset"
             "pcie_replay": nvml_query(pynvml.nvmlDeviceGetPcieReplayCounter, handle),
             **self._static,
             **self._health_readings(),
         }
+
+    def _energy_counter(self) -> int | None:
+        """nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded; no nvidia-smi query field),
+        read at most every energy interval: between reads, the last value."""
+        now = time.monotonic()
+        if now - self._energy_read_at >= self._energy_interval:
+            self._energy = nvml_query(pynvml.nvmlDeviceGetTotalEnergyConsumption, self._handle)
+            self._energy_read_at = now
+        return self._energy
 
     def _health_readings(self) -> dict:
         """The readings behind the health checks that can change while the GPU runs."""
@@ -499,7 +516,7 @@ class NvmlSource:
 
     def __init__(self, node_name: str, interval: float, read_timeout: float | None = None,
                  sysfs: Path | None = None, procfs: Path | None = None, group: str | None = None,
-                 pod_resources: Path | None = None):
+                 pod_resources: Path | None = None, energy_interval: float | None = None):
         """Initialise NVML now; raise SourceUnavailable with a one-line reason if it cannot be.
 
         With ``sysfs`` (the folder where sysfs is mounted, /sys on the node), each
@@ -511,6 +528,7 @@ class NvmlSource:
         ``system.group``: version_skew compares the node with its group.
         With ``pod_resources`` (the kubelet's pod-resources socket), each GPU a
         pod holds carries that pod as ``k8s`` (collectors/pod_resources.py).
+        ``energy_interval``: seconds between reads of each GPU's energy counter (None: ENERGY_READ_INTERVAL).
         """
         if procfs is not None:
             psutil.PROCFS_PATH = str(procfs)  # psutil's documented setting; one source per process
@@ -534,7 +552,9 @@ class NvmlSource:
             if _has_entry_point("nvmlDeviceGetCurrentClocksEventReasons")
             else pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         )
-        self._readers = [_Reader(_Gpu(index, memory_version, clock_reasons, procfs or PROC)) for index in range(count)]
+        energy_interval = ENERGY_READ_INTERVAL if energy_interval is None else energy_interval
+        self._readers = [_Reader(_Gpu(index, memory_version, clock_reasons, procfs or PROC, energy_interval))
+                         for index in range(count)]
         psutil.cpu_percent(None)  # the first call only starts the measuring window
         # Fixed while NVML is open: a driver upgrade unloads the module, which ends NVML here.
         self.system = read_system()

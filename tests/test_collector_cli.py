@@ -96,6 +96,8 @@ def test_every_sample_carries_its_health_checked_with_the_expected_gpu_count():
     (["--fault", "sim-01"], "expected NODE[/GPU]=FAULT"),
     (["--interval", "0"], "must be greater than 0"),
     (["--nodes", "many"], "is not a whole number"),
+    (["--energy-interval", "-1"], "must be 0 or more"),
+    (["--energy-interval", "nan"], "must be 0 or more"),
 ])
 def test_bad_arguments_exit_2_with_the_reason(args, message):
     result = collector("--source", "simulated", "--once", "--stdout", *args)

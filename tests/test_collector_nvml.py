@@ -44,9 +44,10 @@ def open_source(fake_library, monkeypatch):
     """Return a function that configures the fake and opens an NvmlSource on it."""
     sources = []
 
-    def open_(read_timeout=None, pod_resources=None, **settings):
+    def open_(read_timeout=None, pod_resources=None, energy_interval=None, **settings):
         monkeypatch.setenv("FAKE_NVML_CONFIG", fake_nvml.config(**settings))
-        source = NvmlSource("gpu-01", 1.0, read_timeout=read_timeout, pod_resources=pod_resources)
+        source = NvmlSource("gpu-01", 1.0, read_timeout=read_timeout, pod_resources=pod_resources,
+                            energy_interval=energy_interval)
         sources.append(source)
         return source
 
@@ -317,7 +318,7 @@ def test_xid_events_are_reported_once_on_their_gpu(open_source):
 
 
 def test_the_energy_counter_grows_at_the_power_the_gpu_reports(open_source):
-    source = open_source(gpus=2)
+    source = open_source(gpus=2, energy_interval=0)  # read at every sample
     readings = []  # (monotonic s, sample)
     for _ in range(11):  # about 1 s
         readings.append((time.monotonic(), only_sample(source)))
@@ -328,6 +329,17 @@ def test_the_energy_counter_grows_at_the_power_the_gpu_reports(open_source):
         watts = last["gpus"][index]["power"]
         joules = (last["gpus"][index]["energy"] - first["gpus"][index]["energy"]) / 1000
         assert joules / (last_at - first_at) == pytest.approx(watts, rel=0.01)
+
+
+def test_the_energy_counter_is_read_once_per_energy_interval_and_repeated_in_between(open_source):
+    source = open_source(gpus=1, energy_interval=0.5)
+    readings = []  # (monotonic s, counter)
+    for _ in range(13):  # about 1.2 s
+        readings.append((time.monotonic(), only_sample(source)["gpus"][0]["energy"]))
+        time.sleep(0.1)
+    changes = [at for (at, counter), (_, before) in zip(readings[1:], readings, strict=False) if counter != before]
+    assert len(changes) == 2  # read at 0, then about 0.5 and 1.0 s later: never more often
+    assert changes[0] - readings[0][0] >= 0.5 and changes[1] - changes[0] >= 0.5
 
 
 def test_throttle_reasons_are_decoded_by_name(open_source):
@@ -419,7 +431,7 @@ def test_nvml_going_away_while_sampling_raises_source_unavailable(open_source, f
 def test_an_unexpected_nvml_error_nulls_readings_and_is_logged_once(open_source, fake_library, caplog, monkeypatch):
     # "Once" is per process: start from a collector that has warned about nothing yet.
     monkeypatch.setattr("collectors.nvml._warned", set())
-    source = open_source(gpus=1)
+    source = open_source(gpus=1, energy_interval=0)  # every reading asked at every sample
     only_sample(source)
 
     fake_nvml.configure(fake_library, fake_nvml.config(gpus=1, device_error=999))  # NVML_ERROR_UNKNOWN

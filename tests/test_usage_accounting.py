@@ -323,6 +323,24 @@ def test_usage_dropped_at_the_bound_during_an_outage_is_counted_in_the_heartbeat
     assert sum(GpuUsage.objects.values_list("samples", flat=True)) == 4 - 2
 
 
+def test_a_counter_read_every_10_s_keeps_the_energy_totals_exact(make_ingest):  # noqa: F811
+    """The nvml source reads the energy counter every 10 s (collectors/nvml.py, ENERGY_READ_INTERVAL) and
+    repeats it between reads: each read's delta carries the 10 s before it, so no joule is lost or counted
+    twice; a minute's energy can move by up to 10 s into the next."""
+    ingest = make_ingest()
+    start = 1_700_000_040.0
+    for second in range(180):
+        # 700 W, an H100 at its cap, as last read at a multiple of 10 s: each read adds 7 kJ a second after
+        # the previous sample, more than any GPU draws in a second, but not in the 10 s since the last read.
+        counter = 1_000_000 + 700_000 * (second // 10 * 10)
+        apply(ingest, node_sample("n1", start + second, [(95, [process("alice", "100")], counter, 700.0, H100)]))
+    ingest.flush_rollups()
+    minutes = [row.energy_j for row in GpuUsage.objects.filter(node="n1").order_by("minute")]
+    # The first sample has no delta yet (power × interval); then the reads at 10 s, 20 s, ... 170 s.
+    assert sum(minutes) == pytest.approx(700.0 + 170 * 700.0)
+    assert all(abs(joules - 60 * 700.0) <= 10 * 700.0 for joules in minutes)
+
+
 @pytest.mark.parametrize("accounting", [True, False])
 def test_samples_dropped_before_the_checkpoint_is_read_count_as_lost_usage_too(accounting):
     """The database down since ingest started: samples wait whole, and one dropped loses its usage with it."""
@@ -537,12 +555,13 @@ def test_the_kwh_of_a_collector_against_the_stand_in_match_its_power_within_one_
     """The stand-in's energy counter advances at the power it reports (612.4 W + i W for GPU i).
 
     With the power reading unsupported the kWh can only come from the counter's deltas, which cover
-    the time from the first sample to the last; with the counter unsupported, only from power ×
-    interval, which covers every sample's interval."""
+    the time from the first sample to the last read of the counter (every second here, every 10 s by
+    default); with the counter unsupported, only from power × interval, which covers every sample's
+    interval."""
     interval = 0.2
     collector = subprocess.Popen(
         [sys.executable, "-m", "collectors", "--source", "nvml", "--node-name", "gpu-07", "--interval", str(interval),
-         "--redis-url", redis_url, "--probe-interval", "0"],
+         "--redis-url", redis_url, "--probe-interval", "0", "--energy-interval", "1"],
         cwd=ROOT, env=fake_nvml.subprocess_env(fake_nvml.config(gpus=2, unsupported=unsupported)),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -552,8 +571,15 @@ def test_the_kwh_of_a_collector_against_the_stand_in_match_its_power_within_one_
     finally:
         collector.terminate()
         _, errors = collector.communicate(timeout=20)
-    taken = [orjson.loads(fields[b"s"])["ts"] for _, fields in redis_client.xrange(Keys().telemetry)]
+    samples = [orjson.loads(fields[b"s"]) for _, fields in redis_client.xrange(Keys().telemetry)]
+    taken = [sample["ts"] for sample in samples]
     assert len(taken) >= 40, errors.decode()
+
+    def last_read(index: int) -> int:
+        """The sample that carried GPU ``index``'s last read of the counter: the ones after it repeat it."""
+        return max((i for i in range(1, len(samples)) if samples[i]["gpus"][index]["energy"]
+                    != samples[i - 1]["gpus"][index]["energy"]), default=0)
+
     ingest = make_ingest()
     while ingest.read(block_ms=10):
         pass
@@ -562,6 +588,6 @@ def test_the_kwh_of_a_collector_against_the_stand_in_match_its_power_within_one_
         rows = GpuUsage.objects.filter(node="gpu-07", gpu=index)
         seconds = sum(row.seconds for row in rows)
         assert seconds == pytest.approx(interval * len(taken))
-        covered = taken[-1] - taken[0] if unsupported == ["power"] else seconds
+        covered = taken[last_read(index)] - taken[0] if unsupported == ["power"] else seconds
         kwh = sum(row.energy_j for row in rows) / 3.6e6
         assert kwh == pytest.approx((612.4 + index) * covered / 3.6e6, rel=0.01)

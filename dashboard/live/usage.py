@@ -110,10 +110,18 @@ class MinuteUsage:
 
 
 class EnergyCounters:
-    """Each GPU's newest energy counter reading (by GPU id), to take the next reading's delta from."""
+    """Each GPU's newest energy counter reading (by GPU id), to take the next reading's delta from.
+
+    The nvml source reads the counter every few seconds and repeats it in between
+    (collectors/nvml.py, ENERGY_READ_INTERVAL): a reading's delta is then 0, and
+    the next read's covers the seconds since the counter last moved. So the
+    delta is bounded by the time since that move; whether the node was away,
+    by the time since its previous reading.
+    """
 
     def __init__(self):
         self.ts = np.zeros(0)  # NaN: no reading to take a delta from
+        self.moved = np.zeros(0)  # when the counter last changed (NaN: not seen yet)
         self.counter = np.zeros(0)
 
     def joules(self, ids: np.ndarray, ts: np.ndarray, counter: np.ndarray, power: np.ndarray,
@@ -122,6 +130,7 @@ class EnergyCounters:
         grow = int(ids.max(initial=-1)) + 1 - len(self.ts)
         if grow > 0:
             self.ts = np.concatenate([self.ts, np.full(grow, np.nan)])
+            self.moved = np.concatenate([self.moved, np.full(grow, np.nan)])
             self.counter = np.concatenate([self.counter, np.full(grow, np.nan)])
         used = np.where(np.isnan(power), 0.0, power * interval)
         # A GPU read twice in one fold (a backlog after an outage) takes its readings in turns, in stream order.
@@ -135,16 +144,20 @@ class EnergyCounters:
             gpu = ids[these]
             gap = ts[these] - self.ts[gpu]  # NaN without an earlier reading
             delta = counter[these] - self.counter[gpu]
+            since_moved = ts[these] - self.moved[gpu]
             trusted = (gap > 0) & (gap <= MAX_GAP_INTERVALS * interval[these]) & (delta >= 0) \
-                & (delta <= MAX_WATTS * 1000 * gap)  # every comparison with a NaN is False
+                & (delta <= MAX_WATTS * 1000 * since_moved)  # every comparison with a NaN is False
             used[these[trusted]] = delta[trusted] / 1000
             # A late reading must not move the reference back.
             newer = ~np.isnan(counter[these]) & ~(ts[these] <= self.ts[gpu])
+            moved = newer & (counter[these] != self.counter[gpu])  # true for a first reading (NaN before)
             self.ts[gpu[newer]] = ts[these][newer]
+            self.moved[gpu[moved]] = ts[these][moved]
             self.counter[gpu[newer]] = counter[these][newer]
         return used
 
     def forget(self, ids: list[int]) -> None:
         known = [i for i in ids if i < len(self.ts)]
         self.ts[known] = np.nan
+        self.moved[known] = np.nan
         self.counter[known] = np.nan
