@@ -27,6 +27,7 @@ from gpulse.health import (
     XID_WINDOW,
 )
 from gpulse.schema import IB_COUNTERS, MAX_FINDINGS, MAX_REASON, MAX_XIDS
+from gpulse.throttle import SLOWDOWNS
 from gpulse.xid import classify
 
 Result = tuple[str, str] | None  # (status, reason), or None for a pass
@@ -236,12 +237,6 @@ def xid(gpu: dict, memory: GpuMemory, now: float) -> Result:
 
 
 _NO_THROTTLE = _unreported("clock event reasons")
-SLOWDOWNS = {
-    "hw_slowdown": "hardware slowdown",
-    "hw_thermal_slowdown": "hardware thermal slowdown",
-    "sw_thermal_slowdown": "software thermal slowdown",
-    "hw_power_brake_slowdown": "power brake",
-}
 
 
 def clocks(gpu: dict, memory: GpuMemory, now: float) -> Result:

@@ -19,6 +19,15 @@ THROTTLE_BITS = {
 }
 THROTTLE_REASONS = tuple(THROTTLE_BITS.values())
 REASON_BITS = {reason: bit for bit, reason in THROTTLE_BITS.items()}
+# The reasons that hold a GPU's clocks below what its power limit allows, in words: faults to look
+# at (the clocks health check warns, the overview tags THR). sw_power_cap is not one: a busy GPU
+# at its power limit is normal, and a real H100 under load sits there (docs/PERFORMANCE.md).
+SLOWDOWNS = {
+    "hw_slowdown": "hardware slowdown",
+    "hw_thermal_slowdown": "hardware thermal slowdown",
+    "sw_thermal_slowdown": "software thermal slowdown",
+    "hw_power_brake_slowdown": "power brake",
+}
 
 
 def throttle_reasons(mask: int) -> list[str]:

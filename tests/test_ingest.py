@@ -5,7 +5,8 @@ import time
 import orjson
 import pytest
 
-from dashboard.live.frames import FIELDS, FLAG_ALLOCATED, FLAG_IDLE, FLAG_LOST, MIB, gpu_row
+from collectors import health_checks
+from dashboard.live.frames import FIELDS, FLAG_ALLOCATED, FLAG_IDLE, FLAG_LOST, FLAG_THROTTLED, MIB, gpu_row
 from dashboard.live.ingest import Ingest
 from dashboard.live.models import GpuRollup
 from gpulse import schema, usage
@@ -158,6 +159,19 @@ def test_the_frame_flags_say_what_gpulse_usage_says(reading):
     flags = gpu_row(gpu)[-1]
     assert bool(flags & FLAG_ALLOCATED) == (usage.is_allocated(gpu) and not gpu.get("lost"))
     assert bool(flags & FLAG_IDLE) == (usage.is_idle_allocated(gpu) is True)
+
+
+@pytest.mark.parametrize("throttle, slowdown", [
+    (["sw_power_cap"], False),  # where a busy GPU runs: a real H100 under load sits at its 700 W cap
+    (["gpu_idle"], False),
+    (["hw_thermal_slowdown"], True),
+    (["sw_power_cap", "hw_power_brake_slowdown"], True),
+    (["sw_thermal_slowdown"], True),
+])
+def test_the_thr_flag_is_what_the_clocks_health_check_warns_about(throttle, slowdown):
+    gpu = {**sample("n1", gpus=1, util=100)["gpus"][0], "throttle": throttle}
+    assert bool(gpu_row(gpu)[-1] & FLAG_THROTTLED) == slowdown
+    assert (health_checks.clocks(gpu, health_checks.GpuMemory(), 0.0) is not None) == slowdown
 
 
 def test_a_late_buffered_sample_does_not_replace_a_newer_one(redis_client, make_ingest):

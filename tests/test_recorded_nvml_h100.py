@@ -62,7 +62,8 @@ def test_ingest_shows_the_busy_power_capped_gpu(redis_client, make_ingest, frame
     assert (row["util"], row["temp"], row["sm_clock"]) == (100, gpu["temp"], 1320)
     assert row["mem_used"] == round(gpu["mem_used"] / MIB)
     assert row["power"] == 701  # W, at the 700 W cap
-    assert row["flags"] & FLAG_THROTTLED  # sw_power_cap: the clocks are held down by the power limit
+    assert gpu["throttle"] == ["sw_power_cap"]
+    assert not row["flags"] & FLAG_THROTTLED  # the power cap is where a busy H100 runs, not a slowdown to flag
     assert [p["name"] for p in gpu["processes"]] == ["python3", "python3"]
 
 

@@ -41,21 +41,20 @@ import orjson
 from dashboard.live.node_health import NodeHealth
 from dashboard.live.state import ClusterState, NodeState
 from gpulse.status import DOWN
+from gpulse.throttle import SLOWDOWNS
 from gpulse.usage import BUSY_UTIL
 
 FIELDS = ("util", "mem_used", "temp", "power", "sm_clock", "flags")
 
 FLAG_LOST = 1
-FLAG_THROTTLED = 2  # a thermal or power slowdown is active
+FLAG_THROTTLED = 2  # a thermal or hardware slowdown or the power brake (gpulse.throttle.SLOWDOWNS), not the power cap
 FLAG_XID = 4
 FLAG_ECC = 8
 FLAG_ALERT = 16  # an alert is firing on this GPU (as of the previous tick: alerts are evaluated after the frame)
 FLAG_ALLOCATED = 32  # gpulse.usage.is_allocated
 FLAG_IDLE = 64  # allocated and below the busy threshold: gpulse.usage.is_idle_allocated
 
-SLOWDOWN_REASONS = frozenset(
-    ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
-)
+SLOWDOWN_REASONS = frozenset(SLOWDOWNS)
 MIB = 1024 * 1024
 
 

@@ -9,7 +9,7 @@
 
   const FLAG = {
     LOST: 1,
-    THROTTLED: 2, // a thermal or power slowdown is active
+    THROTTLED: 2, // a thermal or hardware slowdown or the power brake (not the power cap: a busy GPU sits there)
     XID: 4,
     ECC: 8,
     ALERT: 16, // an alert is firing on this GPU

@@ -551,7 +551,7 @@
       if (flags & FLAG.ALERT) tags.push("alert firing");
       if (flags & FLAG.XID) tags.push("Xid error");
       if (flags & FLAG.ECC) tags.push("uncorrected ECC errors");
-      if (flags & FLAG.THROTTLED) tags.push("power/thermal slowdown");
+      if (flags & FLAG.THROTTLED) tags.push("thermal or hardware slowdown");
       if (tags.length) line(span("span", "status-stale", tags.join(", ")));
       const health = rows.health[cell.r];
       if (health.verdict === "failing" || health.verdict === "degraded") {
