@@ -69,7 +69,9 @@ class ProbeTracker:
     def record(self, record: dict) -> None:
         node = record["node"]
         history = self.history.setdefault(node, deque(maxlen=HISTORY))
-        busbw = record.get("busbw") if record.get("status") == "succeeded" else None
+        # One rank crosses no link: its busbw is 0 by nccl-tests' formula, not a bandwidth to alert on.
+        measured = record.get("status") == "succeeded" and record.get("world_size") != 1
+        busbw = record.get("busbw") if measured else None
         earlier = [value for value in history if value is not None]
         median = statistics.median(earlier) if len(earlier) >= MIN_HISTORY else None
         failed = record.get("status") != "succeeded"
