@@ -70,7 +70,8 @@ def test_ingest_shows_the_busy_power_capped_gpu(redis_client, make_ingest, frame
 def test_the_real_nccl_probes_pass_the_contract_and_a_one_gpu_node_has_no_busbw_to_alert_on(redis_client):
     tracker = ProbeTracker(redis_client, Keys(), low_fraction=0.2)
     probes = [schema.read_probe(line) for line in (DATA / "probes.jsonl").read_bytes().splitlines()]
-    assert [(p["backend"], p["world_size"], p["status"], p["busbw"]) for p in probes] == [("nccl", 1, "succeeded", 0.0)] * 2
+    assert [(p["backend"], p["world_size"], p["status"], p["busbw"]) for p in probes] == [
+        ("nccl", 1, "succeeded", 0.0)] * 2
     for probe in probes:
         tracker.record(probe)
     # One rank: nothing crosses a link, so busbw is 0 by nccl-tests' formula: not low, and no value for a
