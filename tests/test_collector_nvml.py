@@ -334,12 +334,15 @@ def test_the_energy_counter_grows_at_the_power_the_gpu_reports(open_source):
 def test_the_energy_counter_is_read_once_per_energy_interval_and_repeated_in_between(open_source):
     source = open_source(gpus=1, energy_interval=0.5)
     readings = []  # (monotonic s, counter)
-    for _ in range(13):  # about 1.2 s
+    while not readings or readings[-1][0] - readings[0][0] < 1.2:
         readings.append((time.monotonic(), only_sample(source)["gpus"][0]["energy"]))
         time.sleep(0.1)
     changes = [at for (at, counter), (_, before) in zip(readings[1:], readings, strict=False) if counter != before]
-    assert len(changes) == 2  # read at 0, then about 0.5 and 1.0 s later: never more often
-    assert changes[0] - readings[0][0] >= 0.5 and changes[1] - changes[0] >= 0.5
+    assert changes  # the counter runs at 612 W: each read gives a new value
+    reads = [readings[0][0], *changes]
+    # Samples come every 0.1 s, the counter no more often than every 0.5 s (less a margin: a read lands
+    # some ms after its sample starts, and the times here are the samples').
+    assert all(later - earlier >= 0.45 for earlier, later in zip(reads, reads[1:], strict=False))
 
 
 def test_throttle_reasons_are_decoded_by_name(open_source):
