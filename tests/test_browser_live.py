@@ -10,7 +10,7 @@ import pytest
 
 from collectors.probe import publish_probe
 from gpulse.keys import Keys
-from tests.browser import log_in
+from tests.browser import WATCH_REACT, log_in
 from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
 
 # Fixtures: chromium, browser_page, admin_page (tests.browser) and running_system
@@ -183,29 +183,16 @@ def test_the_node_page_charts_every_gpu_live(admin_page, running_system):
     admin_page.wait_for_function("() => document.getElementById('hist-util').data !== undefined")
 
 
-# An init script: each Plotly.react of the live utilization chart, with what it drew and the animation frame it ran in.
-WATCH_LIVE_UTIL = """(() => {
-  const drawings = (window.liveUtilDrawings = []);
-  let plotly;
-  Object.defineProperty(window, "Plotly", { configurable: true, get: () => plotly, set: (value) => {
-    const react = value.react;
-    value.react = function (gd, data, layout, config) {
-      if (gd === "live-util") drawings.push({ traces: data.length, frame: document.timeline.currentTime });
-      return react.call(this, gd, data, layout, config);
-    };
-    plotly = value;
-  }});
-})();"""
 LEGEND_ENTRIES = "id => document.querySelectorAll('#' + id + ' .legend .traces').length"
 
 
 def test_a_live_charts_first_drawing_takes_three_frames_and_ends_whole(browser_page, running_system):
     """Drawn in one task, a chart's first drawing took 50-124 ms at 2,000 GPUs (issue 18): its axes, its
     first line with its legend entry, then all of them, each in an animation frame of its own."""
-    browser_page.add_init_script(WATCH_LIVE_UTIL)
+    browser_page.add_init_script(WATCH_REACT)
     log_in(browser_page, running_system.base_url, ADMIN_USER, ADMIN_PASSWORD, "/nodes/sim-02/")
     browser_page.wait_for_function(f"() => ({LIVE_CHARTS})().every(c => c && c.length === 8 && c[0] > 0)")
-    drawings = browser_page.evaluate("() => window.liveUtilDrawings")
+    drawings = browser_page.evaluate("() => window.reactDrawings.filter(d => d.chart === 'live-util')")
     assert [d["traces"] for d in drawings[:3]] == [0, 1, 8], drawings
     assert len({d["frame"] for d in drawings[:3]}) == 3, drawings
     # As one drawing would leave it: every GPU's line and legend entry.

@@ -272,21 +272,7 @@
     });
   }
 
-  /* A chart's first drawing with lines, in turns of its own (inTurn): its axes, then its first
-   * trace (and legend entry), then all of them. In one task, the page's first chart took 84-124 ms
-   * and the next ones 50-70 ms at 2,000 GPUs (issue 18), far above a redraw (15-25 ms): a first
-   * drawing builds the chart's frame, axes, tick labels, lines and legend, and the first chart of
-   * the page runs Plotly's code for each of them cold. The chart ends as one drawing leaves it. */
-  const FIRST_DRAWING = [
-    function axes(traces, layout) { return [[], copied(layout, {})]; },
-    function firstLine(traces, layout) { return [traces.slice(0, 1), copied(layout, {})]; },
-  ];
-  const firstDrawn = new Map(); // chart id -> how many turns of FIRST_DRAWING it has had
-
-  /* ``layout`` with ``changes``, its axes copied: Plotly writes the ranges it finds into the axes it was given. */
-  function copied(layout, changes) {
-    return Object.assign({}, layout, { xaxis: Object.assign({}, layout.xaxis), yaxis: Object.assign({}, layout.yaxis) }, changes);
-  }
+  const firstDrawn = new Map(); // chart id -> how many parts of its first drawing it has had (first-drawing.js)
 
   /* Draw a chart, or where no trace has a value, say so in place of empty axes. */
   function draw(chart, traces, layout, section) {
@@ -298,11 +284,12 @@
       layout.annotations = [{ text: EMPTY_TEXT, xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false, font: { size: 13, color: "#57606a" } }];
     }
     const turn = firstDrawn.get(chart.id) || 0;
-    if (!empty && turn < FIRST_DRAWING.length) {
+    const parts = empty ? [] : window.GpulseFirstDrawing.parts(traces, layout);
+    if (turn < parts.length) {
+      // The first drawing with lines, a part a turn; a newer drawing of the chart, asked
+      // meanwhile, takes the rest's place and goes on from there.
       firstDrawn.set(chart.id, turn + 1);
-      const part = FIRST_DRAWING[turn](traces, layout);
-      Plotly.react(chart.id, part[0], part[1], PLOT_CONFIG);
-      // A newer drawing of the chart, asked meanwhile, takes this one's place and goes on from here.
+      Plotly.react(chart.id, parts[turn][0], parts[turn][1], PLOT_CONFIG);
       inTurn(chart.id, function () { draw(chart, traces, layout, section); });
     } else {
       // Axes with a message only: the frame of a first drawing, which its lines need not draw again.
