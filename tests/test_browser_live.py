@@ -200,59 +200,6 @@ def test_a_live_charts_first_drawing_takes_three_frames_and_ends_whole(browser_p
     assert browser_page.evaluate("() => document.querySelectorAll('#live-util .scatterlayer .trace').length") == 8
 
 
-# An init script: the animation frames (their times) in which the overview drew its heatmap, and its table.
-WATCH_OVERVIEW_FRAMES = """(() => {
-  const frames = (window.drawnIn = { heatmap: [], table: [] });
-  const now = () => document.timeline.currentTime;
-  let plotly, tables;
-  Object.defineProperty(window, "Plotly", { configurable: true, get: () => plotly, set: (value) => {
-    for (const name of ["react", "update", "restyle"]) {
-      const call = value[name];
-      value[name] = function (gd, ...rest) {
-        if (gd.id === "heatmap") frames.heatmap.push(now());
-        return call.call(this, gd, ...rest);
-      };
-    }
-    plotly = value;
-  }});
-  Object.defineProperty(window, "GpulseNodeTable", { configurable: true, get: () => tables, set: (value) => {
-    tables = { create: (...args) => {
-      const table = value.create(...args);
-      for (const name of ["render", "sortBy"]) {
-        const call = table[name];
-        table[name] = (...rest) => { frames.table.push(now()); return call(...rest); };
-      }
-      return table;
-    }};
-  }});
-})();"""
-# Two colour changes a frame apart: the second's heatmap drawing falls due in the frame of the first's table.
-TWO_COLOUR_CHANGES = """() => new Promise((done) => {
-  const select = document.getElementById("heat-metric");
-  const colour = (value) => { select.value = value; select.dispatchEvent(new Event("change")); };
-  requestAnimationFrame(() => {
-    colour("temp");
-    requestAnimationFrame(() => {
-      colour("util");
-      setTimeout(done, 500);
-    });
-  });
-})"""
-
-
-def test_the_overview_never_draws_heatmap_and_table_in_one_frame(browser_page, running_system):
-    """Each alone stays under 50 ms at 2,000 GPUs, both in one frame did not (issue 18): a heatmap
-    drawing due in the frame the table takes waits for the next."""
-    browser_page.add_init_script(WATCH_OVERVIEW_FRAMES)
-    log_in(browser_page, running_system.base_url, ADMIN_USER, ADMIN_PASSWORD, "/")
-    open_overview(browser_page, running_system)
-    browser_page.evaluate(TWO_COLOUR_CHANGES)
-    wait_for_heatmap(browser_page, "h.zmax === 100")  # back on utilization
-    drawn = browser_page.evaluate("() => window.drawnIn")
-    assert len(drawn["heatmap"]) >= 3 and len(drawn["table"]) >= 3, drawn
-    assert not set(drawn["heatmap"]) & set(drawn["table"]), drawn
-
-
 def test_every_request_stays_on_the_dashboard_host(admin_page, running_system):
     requests, bundle = [], []
     admin_page.on("request", lambda request: requests.append(request.url))

@@ -74,7 +74,6 @@
   let lastFrameAt = null;
   let renderQueued = false;
   let lastTableAt = 0;
-  let tableFrame = null; // the time of the animation frame the table was last drawn in
   let tableOrder = null; // [key, dir] the order switch asked of the table, applied when it is next drawn
   // Plotly loads in stages, a task each (vendor/plotly/index.js): until it has, the
   // table and KPIs are drawn, and the heatmap keeps what changed for its first drawing.
@@ -128,13 +127,7 @@
     }
   }
 
-  function render(frameTime) {
-    // One of the two a frame: the table took this one (its turn, asked by the last render), and
-    // the heatmap added to it made tasks of 60-125 ms at 2,000 GPUs (issue 18).
-    if (frameTime === tableFrame) {
-      requestAnimationFrame(render);
-      return;
-    }
+  function render() {
     renderQueued = false;
     const started = performance.now();
     if (plotlyLoaded && heatmap.render()) model.tableChanged = true;
@@ -154,8 +147,7 @@
     record("render", performance.now() - started);
   }
 
-  function renderTable(frameTime) {
-    tableFrame = frameTime;
+  function renderTable() {
     lastTableAt = performance.now();
     model.tableChanged = false;
     if (tableOrder) table.sortBy(tableOrder[0], tableOrder[1]);
