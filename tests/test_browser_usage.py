@@ -7,7 +7,6 @@ import pytest
 
 from collectors import simulated
 from gpulse.keys import Keys
-from tests.browser import WATCH_REACT
 from tests.test_browser_health import ingest_held
 
 pytestmark = pytest.mark.browser
@@ -41,19 +40,6 @@ def test_the_usage_page_draws_its_chart_and_lists_an_idle_gpu_with_its_user_and_
     assert chart["svg"] and chart["traces"] == ["busy", "allocated", "GPUs reporting"]
     assert admin_page.get_attribute('a[href^="/usage/user.csv?since="]', "download") is not None
     assert admin_page.text_content(".range-picker a.active") == "24 h"
-
-
-def test_the_usage_charts_first_drawing_takes_three_frames_and_ends_whole(admin_page, running_system):
-    """Drawn in one task, the chart's first drawing took 54-106 ms at 2,000 GPUs (issue 18): its axes, its
-    first line, then all three (first-drawing.js), each in an animation frame of its own."""
-    admin_page.add_init_script(WATCH_REACT)
-    admin_page.goto(running_system.base_url + "/usage/")
-    admin_page.wait_for_function(f"() => ({CHART})().drawn")
-    drawings = admin_page.evaluate("() => window.reactDrawings")
-    assert [(d["chart"], d["traces"]) for d in drawings] == [("usage-chart", 0), ("usage-chart", 1), ("usage-chart", 3)]
-    assert len({d["frame"] for d in drawings}) == 3, drawings
-    chart = admin_page.evaluate(CHART)
-    assert chart["svg"] and chart["traces"] == ["busy", "allocated", "GPUs reporting"]
 
 
 def test_the_overview_shows_the_gpus_allocated_but_idle_and_their_cost(admin_page, running_system):

@@ -1,9 +1,9 @@
-/* A chart's first drawing in parts, each in an animation frame of its own (issue 18): its axes,
- * then its first trace (and legend entry), then all of it. Drawn in one task, a chart's first
- * drawing took 84-124 ms for a page's first chart and 50-70 ms for the next ones at 2,000 GPUs,
- * where a redraw takes 15-25 ms: it builds the chart's frame, axes, tick labels, lines and
- * legend, and a page's first chart runs Plotly's code for each of them cold. The chart ends as
- * one drawing leaves it.
+/* A chart's first drawing in parts, each drawn in an animation frame of its own (node.js draws
+ * them a turn each; issue 18): its axes, then its first trace (and legend entry), then all of
+ * it. Drawn in one task, a chart's first drawing took 84-124 ms for a page's first chart and
+ * 50-70 ms for the next ones at 2,000 GPUs, where a redraw takes 15-25 ms: it builds the chart's
+ * frame, axes, tick labels, lines and legend, and a page's first chart runs Plotly's code for
+ * each of them cold. The chart ends as one drawing leaves it.
  */
 (function () {
   "use strict";
@@ -18,22 +18,5 @@
     return [[[], copied(layout)], [traces.slice(0, 1), copied(layout)]];
   }
 
-  /* Draw a chart for the first time, a part an animation frame; Plotly.react's promise of the whole. */
-  function drawInFrames(gd, traces, layout, config) {
-    const steps = parts(traces, layout);
-    return new Promise(function (resolve) {
-      function next() {
-        const step = steps.shift();
-        if (!step) {
-          resolve(Plotly.react(gd, traces, layout, config));
-          return;
-        }
-        Plotly.react(gd, step[0], step[1], config);
-        requestAnimationFrame(next);
-      }
-      requestAnimationFrame(next);
-    });
-  }
-
-  window.GpulseFirstDrawing = { parts: parts, drawInFrames: drawInFrames };
+  window.GpulseFirstDrawing = { parts: parts };
 })();

@@ -54,7 +54,7 @@
       hovermode: "x unified",
       legend: { orientation: "h", x: 0, y: -0.22, font: { size: 10 } },
     };
-    window.GpulseFirstDrawing.drawInFrames(document.getElementById("usage-chart"), traces, layout, PLOT_CONFIG).then(function () {
+    Plotly.react(document.getElementById("usage-chart"), traces, layout, PLOT_CONFIG).then(function () {
       state.drawn = true;
     });
   }
