@@ -18,21 +18,6 @@ from devtools.loadtest.browser import CHROMIUM as BROWSER_BINARY
 from devtools.loadtest.browser import CHROMIUM_ARGS, VIEWPORT
 
 CHROMIUM = Path(BROWSER_BINARY)
-# An init script: each Plotly.react on the page in window.reactDrawings, with the id of the chart's element,
-# how many traces it drew and the time of the animation frame it ran in (first drawings come in parts, issue 18).
-WATCH_REACT = """(() => {
-  const drawings = (window.reactDrawings = []);
-  let plotly;
-  Object.defineProperty(window, "Plotly", { configurable: true, get: () => plotly, set: (value) => {
-    const react = value.react;
-    value.react = function (gd, data, layout, config) {
-      const chart = typeof gd === "string" ? gd : gd.id;
-      drawings.push({ chart: chart, traces: data.length, frame: document.timeline.currentTime });
-      return react.call(this, gd, data, layout, config);
-    };
-    plotly = value;
-  }});
-})();"""
 
 
 @pytest.fixture(scope="module")

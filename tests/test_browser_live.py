@@ -10,7 +10,7 @@ import pytest
 
 from collectors.probe import publish_probe
 from gpulse.keys import Keys
-from tests.browser import WATCH_REACT, log_in
+from tests.browser import log_in
 from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
 
 # Fixtures: chromium, browser_page, admin_page (tests.browser) and running_system
@@ -183,7 +183,21 @@ def test_the_node_page_charts_every_gpu_live(admin_page, running_system):
     admin_page.wait_for_function("() => document.getElementById('hist-util').data !== undefined")
 
 
-LEGEND_ENTRIES = "id => document.querySelectorAll('#' + id + ' .legend .traces').length"
+# An init script: each Plotly.react on the page, in window.reactDrawings, with the id of the chart's element,
+# how many traces it drew and the time of the animation frame it ran in (first drawings come in parts, issue 18).
+WATCH_REACT = """(() => {
+  const drawings = (window.reactDrawings = []);
+  let plotly;
+  Object.defineProperty(window, "Plotly", { configurable: true, get: () => plotly, set: (value) => {
+    const react = value.react;
+    value.react = function (gd, data, layout, config) {
+      const chart = typeof gd === "string" ? gd : gd.id;
+      drawings.push({ chart: chart, traces: data.length, frame: document.timeline.currentTime });
+      return react.call(this, gd, data, layout, config);
+    };
+    plotly = value;
+  }});
+})();"""
 
 
 def test_a_live_charts_first_drawing_takes_three_frames_and_ends_whole(browser_page, running_system):
@@ -196,8 +210,8 @@ def test_a_live_charts_first_drawing_takes_three_frames_and_ends_whole(browser_p
     assert [d["traces"] for d in drawings[:3]] == [0, 1, 8], drawings
     assert len({d["frame"] for d in drawings[:3]}) == 3, drawings
     # As one drawing would leave it: every GPU's line and legend entry.
-    assert browser_page.evaluate(LEGEND_ENTRIES, "live-util") == 8
-    assert browser_page.evaluate("() => document.querySelectorAll('#live-util .scatterlayer .trace').length") == 8
+    assert browser_page.locator("#live-util .legend .traces").count() == 8
+    assert browser_page.locator("#live-util .scatterlayer .trace").count() == 8
 
 
 def test_every_request_stays_on_the_dashboard_host(admin_page, running_system):
