@@ -10,6 +10,8 @@ import pytest
 
 from collectors.probe import publish_probe
 from gpulse.keys import Keys
+from tests.browser import log_in
+from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
 
 # Fixtures: chromium, browser_page, admin_page (tests.browser) and running_system
 # (tests.fixtures_system), as plugins, so one system serves every module that uses it.
@@ -179,6 +181,37 @@ def test_the_node_page_charts_every_gpu_live(admin_page, running_system):
     admin_page.wait_for_url("**/nodes/sim-02/?since=6h")
     assert admin_page.get_attribute(".range-picker a.active", "data-since") == "6h"
     admin_page.wait_for_function("() => document.getElementById('hist-util').data !== undefined")
+
+
+# An init script: each Plotly.react on the page, in window.reactDrawings, with the id of the chart's element,
+# how many traces it drew and the time of the animation frame it ran in (first drawings come in parts, issue 18).
+WATCH_REACT = """(() => {
+  const drawings = (window.reactDrawings = []);
+  let plotly;
+  Object.defineProperty(window, "Plotly", { configurable: true, get: () => plotly, set: (value) => {
+    const react = value.react;
+    value.react = function (gd, data, layout, config) {
+      const chart = typeof gd === "string" ? gd : gd.id;
+      drawings.push({ chart: chart, traces: data.length, frame: document.timeline.currentTime });
+      return react.call(this, gd, data, layout, config);
+    };
+    plotly = value;
+  }});
+})();"""
+
+
+def test_a_live_charts_first_drawing_takes_four_frames_and_ends_whole(browser_page, running_system):
+    """Drawn in one task, a chart's first drawing took 50-124 ms at 2,000 GPUs (issue 18): its frame, its
+    axes, its first line with its legend entry, then all of them, each in an animation frame of its own."""
+    browser_page.add_init_script(WATCH_REACT)
+    log_in(browser_page, running_system.base_url, ADMIN_USER, ADMIN_PASSWORD, "/nodes/sim-02/")
+    browser_page.wait_for_function(f"() => ({LIVE_CHARTS})().every(c => c && c.length === 8 && c[0] > 0)")
+    drawings = browser_page.evaluate("() => window.reactDrawings.filter(d => d.chart === 'live-util')")
+    assert [d["traces"] for d in drawings[:4]] == [0, 0, 1, 8], drawings
+    assert len({d["frame"] for d in drawings[:4]}) == 4, drawings
+    # As one drawing would leave it: every GPU's line and legend entry.
+    assert browser_page.locator("#live-util .legend .traces").count() == 8
+    assert browser_page.locator("#live-util .scatterlayer .trace").count() == 8
 
 
 def test_every_request_stays_on_the_dashboard_host(admin_page, running_system):

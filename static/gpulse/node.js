@@ -272,6 +272,8 @@
     });
   }
 
+  const firstDrawn = new Map(); // chart id -> how many parts of its first drawing it has had (first-drawing.js)
+
   /* Draw a chart, or where no trace has a value, say so in place of empty axes. */
   function draw(chart, traces, layout, section) {
     const empty = !traces.some(function (trace) { return trace.y.some(function (v) { return v !== null; }); });
@@ -281,7 +283,19 @@
       layout.shapes = [];
       layout.annotations = [{ text: EMPTY_TEXT, xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false, font: { size: 13, color: "#57606a" } }];
     }
-    Plotly.react(chart.id, traces, layout, PLOT_CONFIG);
+    const turn = firstDrawn.get(chart.id) || 0;
+    const parts = empty ? [] : window.GpulseFirstDrawing.parts(traces, layout);
+    if (turn < parts.length) {
+      // The first drawing with lines, a part a turn; a newer drawing of the chart, asked
+      // meanwhile, takes the rest's place and goes on from there.
+      firstDrawn.set(chart.id, turn + 1);
+      Plotly.react(chart.id, parts[turn][0], parts[turn][1], PLOT_CONFIG);
+      inTurn(chart.id, function () { draw(chart, traces, layout, section); });
+    } else {
+      // Axes with a message only: the frame of a first drawing, which its lines need not draw again.
+      if (empty) firstDrawn.set(chart.id, Math.max(turn, 1));
+      Plotly.react(chart.id, traces, layout, PLOT_CONFIG);
+    }
     watchZoom(document.getElementById(chart.id), section);
   }
 
