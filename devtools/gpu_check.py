@@ -39,7 +39,7 @@ from collectors.health_checks import HealthChecks
 from collectors.nvml import NvmlSource
 from gpulse.throttle import throttle_reasons
 from workers.launcher import run_node
-from workers.report import footer_lines, header_lines, row_line
+from workers.report import footer_lines, header_lines, row_line, wrong_total
 from workers.sweep_spec import SweepSpec
 
 MIB = 1 << 20
@@ -55,8 +55,13 @@ class Field:
     tolerance: float = 0.0  # absolute, for numbers; texts and flags must be equal
 
 
+def _absent(text: str) -> bool:
+    """nvidia-smi's cell for a reading it does not have: "[N/A]", "[Not Supported]", "N/A" or empty."""
+    return text.startswith("[") or text in ("N/A", "")
+
+
 def _number(text: str) -> float | None:
-    return None if text.startswith("[") or text in ("N/A", "") else float(text)
+    return None if _absent(text) else float(text)
 
 
 def _flag(text: str) -> bool | None:
@@ -64,11 +69,11 @@ def _flag(text: str) -> bool | None:
 
 
 def _text(text: str) -> str | None:
-    return None if text.startswith("[") or text == "N/A" else text
+    return None if _absent(text) else text
 
 
 def _reasons(text: str) -> list[str] | None:
-    return None if text.startswith("[") or text == "N/A" else throttle_reasons(int(text, 16))
+    return None if _absent(text) else throttle_reasons(int(text, 16))
 
 
 # Utilization, power and the SM clock move from one 1/6 s window to the next
@@ -138,21 +143,22 @@ def known_fields() -> list[Field]:
     return fields
 
 
+def _smi_rows(query: str) -> list[list[str]]:
+    """The cells of ``nvidia-smi <query> --format=csv,noheader,nounits``, a list per line."""
+    out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    return [[cell.strip() for cell in line.split(",")] for line in out.strip().splitlines()]
+
+
 def query_smi(fields: list[Field]) -> list[dict]:
     """nvidia-smi --query-gpu for the fields, one dict per GPU."""
     names = [field.query for field in fields]
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(names)}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True, timeout=30).stdout
-    return [dict(zip(names, (cell.strip() for cell in line.split(",")), strict=True))
-            for line in out.strip().splitlines()]
+    return [dict(zip(names, row, strict=True)) for row in _smi_rows(f"--query-gpu={','.join(names)}")]
 
 
 def query_apps() -> list[dict]:
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory",
-                          "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True,
-                         timeout=30).stdout
     return [{"uuid": uuid, "pid": int(pid), "used_mib": _number(used)}
-            for uuid, pid, used in (map(str.strip, line.split(",")) for line in out.strip().splitlines())]
+            for uuid, pid, used in _smi_rows("--query-compute-apps=gpu_uuid,pid,used_memory")]
 
 
 def side_by_side(source: NvmlSource, fields: list[Field]) -> dict:
@@ -315,7 +321,7 @@ def sweep(spec: SweepSpec) -> dict:
         lines += [row_line(outplace[row.size], row) for row in result.rows if row.inplace]
         lines += footer_lines(result.rows)
     return {"status": result.status, "reason": result.reason, "duration_s": round(result.duration_s, 2),
-            "wrong": sum(row.wrong or 0 for row in result.rows), "report": lines,
+            "wrong": wrong_total(result.rows), "report": lines,
             "rows": [row.to_dict() for row in result.rows]}
 
 
