@@ -190,6 +190,16 @@ def test_energy_comes_from_the_counters_deltas_where_they_can_be_trusted(reading
     assert [totals[0], totals[1] - totals[0]] == pytest.approx(expected)
 
 
+def test_a_counter_held_for_an_hour_cannot_pour_the_hour_into_one_reading():
+    """A node is untrusted: one that repeats its counter for an hour, then jumps by 5 kW x 1 h, would put
+    18 MJ in one GPU-minute of one owner. A delta is trusted over a minute since the counter moved at most."""
+    rollups = accumulator()
+    readings = [(float(second), 1000) for second in range(3600)] + [(3600.0, 1000 + 5_000_000 * 3600)]
+    totals = [fold(rollups, node_sample("n1", ts, [(50, [], counter, 100.0, H100)]))[-1][ENERGY]
+              for ts, counter in readings]
+    assert totals[-1] == pytest.approx(100.0)  # power x interval: the jump is not this reading's
+
+
 def test_a_late_sample_takes_power_times_interval_and_leaves_the_counters_reference_alone():
     rollups = accumulator()
     for ts in (10.0, 12.0, 11.0, 13.0):  # 11 arrives late (a backlog); the counter runs at 100 W

@@ -33,6 +33,9 @@ from gpulse.usage import NOBODY
 
 MAX_GAP_INTERVALS = 3  # a longer gap: the node was away; its counter's delta is not this reading's
 MAX_WATTS = 5000.0  # the contract's power bound (gpulse/schema.py): no GPU draws more
+# A counter repeated between reads (every 10 s by default) carries at most this long in one delta:
+# a node holding it for an hour could otherwise put the hour in one owner's minute.
+MAX_COUNTER_HOLD = 60.0  # s
 
 # The columns of MinuteUsage.sums; allocated and busy seconds follow from them and the slot's owner.
 SAMPLES, SECONDS, BUSY_SECONDS, JOULES = range(4)
@@ -115,8 +118,8 @@ class EnergyCounters:
     The nvml source reads the counter every few seconds and repeats it in between
     (collectors/nvml.py, ENERGY_READ_INTERVAL): a reading's delta is then 0, and
     the next read's covers the seconds since the counter last moved. So the
-    delta is bounded by the time since that move; whether the node was away,
-    by the time since its previous reading.
+    delta is bounded by the time since that move (at most MAX_COUNTER_HOLD);
+    whether the node was away, by the time since its previous reading.
     """
 
     def __init__(self):
@@ -144,7 +147,7 @@ class EnergyCounters:
             gpu = ids[these]
             gap = ts[these] - self.ts[gpu]  # NaN without an earlier reading
             delta = counter[these] - self.counter[gpu]
-            since_moved = ts[these] - self.moved[gpu]
+            since_moved = np.minimum(ts[these] - self.moved[gpu], MAX_COUNTER_HOLD)  # NaN stays NaN
             trusted = (gap > 0) & (gap <= MAX_GAP_INTERVALS * interval[these]) & (delta >= 0) \
                 & (delta <= MAX_WATTS * 1000 * since_moved)  # every comparison with a NaN is False
             used[these[trusted]] = delta[trusted] / 1000
