@@ -19,6 +19,36 @@ from devtools.loadtest.browser import CHROMIUM_ARGS, VIEWPORT
 
 CHROMIUM = Path(BROWSER_BINARY)
 
+# The overview's heatmap as heatmap.js drew it (null before its first drawing): z and cell text by row on
+# screen, the scale's range, the fault outlines' cells, and the row labels' text.
+HEATMAP = """() => {
+  const gd = document.getElementById("heatmap"), drawn = gd.gpulseDrawn;
+  if (!drawn || !drawn.z.length) return null;
+  return {z: drawn.z, text: drawn.text, zmin: drawn.zmin, zmax: drawn.zmax, faults: drawn.faults,
+          labels: Array.from(gd.querySelectorAll(".heat-row-label"), label => label.textContent)};
+}"""
+# The overview has taken a frame and drawn its heatmap.
+OVERVIEW_DRAWN = ("() => window.gpulse && window.gpulse.frames > 0"
+                  " && document.getElementById('heatmap').gpulseDrawn.z.length")
+# The centre of a heatmap cell (row on screen, GPU), in the window's coordinates.
+CELL_POSITION = """([row, gpu]) => {
+  const drawn = document.getElementById("heatmap").gpulseDrawn;
+  const box = document.querySelector("#heatmap .heat-cells").getBoundingClientRect();
+  return {x: box.left + (gpu + 0.5) * box.width / drawn.z[0].length,
+          y: box.top + (row + 0.5) * box.height / drawn.z.length};
+}"""
+# The colour painted in a heatmap cell ("#rrggbb"), read from the canvas near the cell's top left corner,
+# away from its text, the lines between cells and a fault's outline.
+CELL_COLOUR = """([row, gpu]) => {
+  const canvas = document.querySelector("#heatmap .heat-cells"), drawn = document.getElementById("heatmap").gpulseDrawn;
+  const x = Math.floor((gpu + 0.12) * canvas.width / drawn.z[0].length);
+  const y = Math.floor((row + 0.2) * canvas.height / drawn.z.length);
+  const pixel = canvas.getContext("2d").getImageData(x, y, 1, 1).data;
+  return "#" + Array.from(pixel.slice(0, 3), c => c.toString(16).padStart(2, "0")).join("");
+}"""
+# The no-data hatch's two colours (gpulse.css --nodata, --nodata-stripe; the light theme).
+HATCH_COLOURS = {"#c3c9d1", "#9aa3ad"}
+
 
 @pytest.fixture(scope="module")
 def chromium() -> Browser:

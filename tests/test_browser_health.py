@@ -24,11 +24,11 @@ HEALTH_PAGE = """() => ({
 OVERVIEW_HEALTH = """(name) => {
   const tr = document.querySelector(`#node-table tbody tr[data-node="${name}"]`);
   const badge = tr && tr.querySelector(".verdict");
-  const gd = document.getElementById("heatmap");
-  const row = gd.data ? gd.layout.yaxis.ticktext.findIndex(t => t.startsWith(name)) : -1;
+  const drawn = document.getElementById("heatmap").gpulseDrawn;
+  const labels = Array.from(document.querySelectorAll("#heatmap .heat-row-label"), label => label.textContent);
+  const row = labels.findIndex(t => t.startsWith(name));
   return badge && {verdict: badge.textContent, title: badge.title,
-    label: row < 0 ? null : gd.layout.yaxis.ticktext[row],
-    z: row < 0 ? null : gd.data[0].z[row], text: row < 0 ? null : gd.data[0].text[row]};
+    label: row < 0 ? null : labels[row], z: row < 0 ? null : drawn.z[row], text: row < 0 ? null : drawn.text[row]};
 }"""
 
 
@@ -136,11 +136,12 @@ def test_the_overview_shows_each_verdict_in_the_table_and_the_health_heatmap(adm
     assert failing["verdict"] == "failing"
     assert failing["title"].startswith("failing: GPU 3 NVLink links: link 2 down, 17 up\n→ act on GPU 3 NVLink")
     # Colour by verdict for every GPU, and the word in each cell and on the row label: never colour alone.
-    # (A cell may add the GPU's own tags, "<br>THR", from faults other tests left on the shared fleet.)
-    assert failing["z"] == [2] * 8 and [cell.split("<br>")[0] for cell in failing["text"]] == ["FAIL"] * 8
+    # (A cell may add the GPU's own tags on a line of their own, "THR", from faults other tests left on the
+    # shared fleet.)
+    assert failing["z"] == [2] * 8 and [cell.split("\n")[0] for cell in failing["text"]] == ["FAIL"] * 8
     assert failing["label"] == "sim-02  ✖ failing"
     assert degraded["verdict"] == "degraded" and degraded["z"] == [1] * 8
-    assert [cell.split("<br>")[0] for cell in degraded["text"]] == ["DEGR"] * 8
+    assert [cell.split("\n")[0] for cell in degraded["text"]] == ["DEGR"] * 8
     assert degraded["label"] == "sim-03  ⚠ degraded"
     assert healthy["verdict"] == "healthy" and healthy["z"] == [0] * 8 and healthy["label"] == "sim-01"
     assert admin_page.text_content("#scale-min") == "healthy" and admin_page.text_content("#scale-max") == "failing"

@@ -10,24 +10,13 @@ import pytest
 
 from collectors.probe import publish_probe
 from gpulse.keys import Keys
-from tests.browser import log_in
+from tests.browser import CELL_COLOUR, CELL_POSITION, HATCH_COLOURS, HEATMAP, OVERVIEW_DRAWN, log_in
 from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
 
 # Fixtures: chromium, browser_page, admin_page (tests.browser) and running_system
 # (tests.fixtures_system), as plugins, so one system serves every module that uses it.
 pytestmark = pytest.mark.browser
 
-HEATMAP = """() => {
-  const gd = document.getElementById("heatmap");
-  if (!gd.data) return null;
-  return {z: gd.data[0].z, text: gd.data[0].text, zmin: gd.data[0].zmin, zmax: gd.data[0].zmax,
-          labels: gd.layout.yaxis.ticktext, traces: gd.data.filter(t => t.type === "heatmap").length};
-}"""
-CELL_POSITION = """([row, gpu]) => {
-  const gd = document.getElementById("heatmap");
-  const size = gd._fullLayout._size, box = gd.getBoundingClientRect();
-  return {x: box.left + size.l + gd._fullLayout.xaxis.l2p(gpu), y: box.top + size.t + gd._fullLayout.yaxis.l2p(row)};
-}"""
 NODE_TABLE = """() => Array.from(document.querySelectorAll("#node-table tbody tr")).map(
   tr => Array.from(tr.cells).map(td => td.textContent.trim()))"""
 DISPLAYED_NUMBERS = """() => ({frames: gpulse.frames, numbers: [
@@ -41,7 +30,7 @@ LIVE_CHARTS = """() => ["live-util", "live-mem", "live-temp", "live-power"].map(
 
 def open_overview(page, system):
     page.goto(system.base_url + "/")
-    page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0 && document.getElementById('heatmap').data")
+    page.wait_for_function(OVERVIEW_DRAWN)
 
 
 def wait_for_heatmap(page, predicate: str, timeout: float = 15_000):
@@ -76,7 +65,9 @@ def test_the_websocket_refuses_a_browser_that_is_not_logged_in(browser_page, adm
 def test_the_overview_shows_every_gpu_and_its_numbers_change_live(admin_page, running_system):
     open_overview(admin_page, running_system)
     heat = wait_for_heatmap(admin_page, "h.z.flat().filter(v => v !== null).length === 32")
-    assert heat["traces"] == 1
+    # Every GPU reporting is painted in a colour of the scale, none left as the no-data hatch.
+    painted = {admin_page.evaluate(CELL_COLOUR, [r, g]) for r in range(running_system.nodes) for g in range(8)}
+    assert not painted & HATCH_COLOURS, painted
     assert len(heat["z"]) == running_system.nodes
     assert all(len(row) == running_system.gpus_per_node for row in heat["z"])
     assert heat["labels"] == ["sim-01", "sim-02", "sim-03", "sim-04"]
@@ -121,7 +112,7 @@ def test_the_heatmap_colours_by_the_chosen_metric(admin_page, running_system):
     heat = wait_for_heatmap(admin_page, "h.zmax === 100 && !document.getElementById('power-scale-label').offsetParent")
     assert all(0 <= v <= 100 for row in heat["z"] for v in row)
     admin_page.reload()  # the choice survives a reload
-    admin_page.wait_for_function("() => document.getElementById('heatmap').data")
+    wait_for_heatmap(admin_page, "h.zmax === 100")
     assert admin_page.input_value("#heat-metric") == "mem"
 
 
@@ -250,6 +241,10 @@ def test_lost_gpus_and_dead_nodes_are_marked_never_shown_as_current(admin_page, 
     try:
         faults.hset(key, mapping={"sim-02/3": "lost", "sim-03/1": "xid:79"})
         heat = wait_for_heatmap(admin_page, "h.z[1][3] === null && h.text[1][3] === 'LOST' && /XID/.test(h.text[2][1])")
+        # The lost GPU shows the no-data hatch, outlined as a fault, as does the Xid's GPU.
+        assert admin_page.evaluate(CELL_COLOUR, [1, 3]) in HATCH_COLOURS
+        assert admin_page.evaluate(CELL_COLOUR, [1, 2]) not in HATCH_COLOURS
+        assert {(3, 1), (1, 2)} <= set(zip(heat["faults"]["x"], heat["faults"]["y"], strict=True))
         assert admin_page.text_content("#kpi-lost") == "1 lost"
         save_screenshot(admin_page, tmp_path)
 

@@ -11,7 +11,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from devtools.loadtest.browser import VIEWPORT
 from gpulse.keys import Keys
-from tests.browser import log_in
+from tests.browser import OVERVIEW_DRAWN, log_in
 
 pytestmark = pytest.mark.browser
 
@@ -27,10 +27,24 @@ EMPTY_STATE = """id => {
 }"""
 RED = "#d1242f"
 X_RANGE = "id => document.getElementById(id).layout.xaxis.range"
-OUTLINES = """() => {
-  const gd = document.getElementById("heatmap");
-  return gd.data.slice(1).map(t => ({x: t.x, y: t.y, symbol: t.marker.symbol, colour: t.marker.color}));
+# The fault outlines heatmap.js drew ([GPU, row] of each), and whether each cell painted holds both the
+# outline's red and its white halo (antialiased edges aside: channels within 24 of the colour).
+OUTLINES = """(red) => {
+  const drawn = document.getElementById("heatmap").gpulseDrawn, canvas = document.querySelector("#heatmap .heat-cells");
+  const w = canvas.width / drawn.z[0].length, h = canvas.height / drawn.z.length;
+  const near = (data, hex) => {
+    const want = [1, 3, 5].map(k => parseInt(hex.slice(k, k + 2), 16));
+    for (let o = 0; o < data.length; o += 4) if (want.every((c, k) => Math.abs(data[o + k] - c) <= 24)) return true;
+    return false;
+  };
+  return drawn.faults.x.map((g, k) => {
+    const p = drawn.faults.y[k];
+    const data = canvas.getContext("2d")
+      .getImageData(Math.floor(g * w), Math.floor(p * h), Math.ceil(w), Math.ceil(h)).data;
+    return {cell: [g, p], red: near(data, red), halo: near(data, "#ffffff")};
+  });
 }"""
+HEAT_LABELS = "() => Array.from(document.querySelectorAll('#heatmap .heat-row-label'), label => label.textContent)"
 
 
 def manage_shell(system, code: str) -> None:
@@ -139,7 +153,7 @@ def test_the_overview_keeps_its_colour_in_the_url(admin_page, chromium, running_
         other.set_default_timeout(15_000)
         log_in(other, running_system.base_url, running_system.username, running_system.password)
         other.goto(running_system.base_url + "/?colour=temp&filter=sim-0")
-        other.wait_for_function("() => document.getElementById('heatmap').data")
+        other.wait_for_function("() => document.getElementById('heatmap').gpulseDrawn.z.length")
         assert other.input_value("#heat-metric") == "temp"
         assert other.input_value("#node-filter") == "sim-0"
         assert other.text_content("#scale-max") == "95 °C"
@@ -154,22 +168,20 @@ def test_problems_first_puts_a_lost_gpus_node_on_top_with_its_cell_outlined(admi
     faults, key = running_system.redis(), Keys().simulator_faults
     page = admin_page
     page.goto(running_system.base_url + "/?order=problems")
-    page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0 && document.getElementById('heatmap').data")
+    page.wait_for_function(OVERVIEW_DRAWN)
     assert page.input_value("#node-order") == "problems"
     try:
         faults.hset(key, "sim-03/5", "lost")
-        page.wait_for_function("() => document.getElementById('heatmap').layout.yaxis.ticktext[0].startsWith('sim-03')")
+        page.wait_for_function(f"() => ({HEAT_LABELS})()[0].startsWith('sim-03')")
         page.wait_for_function("() => document.querySelector('#node-table tbody tr').dataset.node === 'sim-03'")
-        outlines = page.evaluate(OUTLINES)
-        # A red square on a white halo.
-        assert [(o["symbol"], o["colour"]) for o in outlines] == [("square-open", "#ffffff"), ("square-open", RED)]
-        assert all(list(zip(o["x"], o["y"], strict=True)) == [(5, 0)] for o in outlines), outlines
-        assert page.evaluate("document.getElementById('heatmap').data[0].text[0][5]") == "LOST"
+        # A red square on a white halo, on the lost GPU only.
+        assert page.evaluate(OUTLINES, RED) == [{"cell": [5, 0], "red": True, "halo": True}]
+        assert page.evaluate("document.getElementById('heatmap').gpulseDrawn.text[0][5]") == "LOST"
 
         page.select_option("#node-order", "name")
         page.wait_for_url(running_system.base_url + "/")
-        page.wait_for_function("() => document.getElementById('heatmap').layout.yaxis.ticktext[0] === 'sim-01'")
-        assert all(list(zip(o["x"], o["y"], strict=True)) == [(5, 2)] for o in page.evaluate(OUTLINES))
+        page.wait_for_function(f"() => ({HEAT_LABELS})()[0] === 'sim-01'")
+        assert page.evaluate(OUTLINES, RED) == [{"cell": [5, 2], "red": True, "halo": True}]
     finally:
         faults.delete(key)
-    page.wait_for_function("() => document.getElementById('heatmap').data[1].x.length === 0", timeout=15_000)
+    page.wait_for_function("() => document.getElementById('heatmap').gpulseDrawn.faults.x.length === 0", timeout=15_000)

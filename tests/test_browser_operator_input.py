@@ -6,8 +6,7 @@ import time
 
 import pytest
 
-from tests.browser import log_in
-from tests.test_browser_live import CELL_POSITION
+from tests.browser import CELL_POSITION, OVERVIEW_DRAWN, log_in
 from tests.test_browser_node_and_overview_views import manage_shell
 
 pytestmark = pytest.mark.browser
@@ -23,7 +22,7 @@ PICKED = """() => {
     tip: tip.hidden ? null : document.getElementById("heat-tooltip-text").textContent,
     link: link.checkVisibility() ? link.getAttribute("href") : null,
     said: document.getElementById("heat-said").textContent,
-    rows: document.getElementById("heatmap").layout.yaxis.ticktext.map(t => t.split(" ")[0]),
+    rows: Array.from(document.querySelectorAll("#heatmap .heat-row-label"), label => label.textContent.split(" ")[0]),
     frames: window.gpulse.frames,
     writes: window.writes,
   };
@@ -56,7 +55,7 @@ def hot_rule(running_system):
 
 def open_overview(page, system, path="/"):
     page.goto(system.base_url + path)
-    page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0 && document.getElementById('heatmap').data")
+    page.wait_for_function(OVERVIEW_DRAWN)
 
 
 def inside(box, point) -> bool:

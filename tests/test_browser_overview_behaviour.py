@@ -12,7 +12,7 @@ from devtools.redis_server import free_port
 from devtools.stack import Stack
 from gpulse import schema
 from gpulse.keys import Keys, node_ttl
-from tests.browser import log_in
+from tests.browser import CELL_COLOUR, CELL_POSITION, log_in
 from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
 from tests.samples import sample
 from tests.test_browser_operator_input import PICKED, wait_picked
@@ -139,7 +139,7 @@ def test_the_keyboards_cell_follows_its_gpu_as_a_node_comes_and_goes(small_syste
     node.name = "drift-02"  # before sim-01 by name: it takes the first row
     small_page.goto(base + "/")
     small_page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0 && "
-                                 "document.getElementById('heatmap').data")
+                                 "document.getElementById('heatmap').gpulseDrawn.z.length")
     small_page.focus("#node-order")
     small_page.keyboard.press("Tab")
     small_page.keyboard.press("ArrowRight")
@@ -161,17 +161,11 @@ def test_the_keyboards_cell_follows_its_gpu_as_a_node_comes_and_goes(small_syste
 
 
 USAGE_ROW = """(name) => {
-  const gd = document.getElementById("heatmap");
-  const r = gd.data ? gd.layout.yaxis.ticktext.findIndex(t => t.startsWith(name)) : -1;
-  const trace = gd.data ? gd.data[0] : null;
-  return r < 0 ? null : {r: r, z: trace.z[r], text: trace.text[r], range: [trace.zmin, trace.zmax],
-    top: trace.colorscale[trace.colorscale.length - 1][1],
+  const drawn = document.getElementById("heatmap").gpulseDrawn;
+  const r = Array.from(document.querySelectorAll("#heatmap .heat-row-label"), label => label.textContent)
+    .findIndex(t => t.startsWith(name));
+  return r < 0 ? null : {r: r, z: drawn.z[r], text: drawn.text[r], range: [drawn.zmin, drawn.zmax],
     min: document.getElementById("scale-min").textContent, max: document.getElementById("scale-max").textContent};
-}"""
-CELL_CENTRE = """([r, g]) => {
-  const gd = document.getElementById("heatmap");
-  const full = gd._fullLayout, box = gd.getBoundingClientRect();
-  return {x: box.left + full._size.l + full.xaxis.l2p(g), y: box.top + full._size.t + full.yaxis.l2p(r)};
 }"""
 
 
@@ -201,10 +195,12 @@ def test_the_usage_heatmap_colours_an_allocated_idle_gpu_as_idle(small_system, s
         small_page.wait_for_function(f"() => {{ const u = ({USAGE_ROW})('usage-01'); return u && u.z[2] === 2; }}")
         usage = small_page.evaluate(USAGE_ROW, "usage-01")
         assert usage["z"] == [0, 1, 2] and usage["range"] == [0, 2]
-        assert usage["top"] == "#f59e0b"  # z 2, the top of the scale, is the warning colour
-        assert [cell.split("<br>")[0] for cell in usage["text"]] == ["", "", "IDLE"]
+        # Painted light grey (free), green (busy), and the warning colour (idle) with its word.
+        colours = [small_page.evaluate(CELL_COLOUR, [usage["r"], g]) for g in range(3)]
+        assert colours == ["#eef0f3", "#74c476", "#f59e0b"]
+        assert [cell.split("\n")[0] for cell in usage["text"]] == ["", "", "IDLE"]
         assert (usage["min"], usage["max"]) == ("not allocated", "idle")
-        centre = small_page.evaluate(CELL_CENTRE, [usage["r"], 2])
+        centre = small_page.evaluate(CELL_POSITION, [usage["r"], 2])
         small_page.mouse.move(centre["x"], centre["y"])
         small_page.wait_for_selector("#heat-tooltip:not([hidden])")
         assert "Usage: idle (allocated)" in small_page.text_content("#heat-tooltip")

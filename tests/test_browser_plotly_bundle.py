@@ -20,7 +20,6 @@ DRAWN = """() => ({
   src: document.querySelector('script[src*="/vendor/plotly/"]').getAttribute("src"),
 })"""
 PAGES = {
-    "/": "() => window.gpulse && window.gpulse.frames > 0 && document.getElementById('heatmap').data",
     "/nodes/sim-01/": "() => document.getElementById('live-util').data && document.getElementById('hist-util').data",
     "/usage/": "() => window.gpulseUsage && window.gpulseUsage.drawn",
 }
@@ -38,9 +37,9 @@ def test_every_page_loads_the_pinned_partial_bundle_and_it_knows_each_trace_type
         assert page["version"] == pinned
         assert set(page["known"]) >= set(page["drawn"]), (path, set(page["drawn"]) - set(page["known"]))
         # Partial: only what the pages draw, none of the full bundle's other 40-odd types (bar, WebGL, 3D, maps).
-        assert set(page["known"]) == {"heatmap", "scatter"}
+        assert set(page["known"]) == {"scatter"}
         drawn |= set(page["drawn"])
-    assert drawn == {"heatmap", "scatter"}
+    assert drawn == {"scatter"}
     served = admin_page.request.get(running_system.base_url + page["src"])
     assert served.ok and served.body() == PLOTLY_JS.read_bytes()
 
@@ -68,3 +67,12 @@ def test_plotly_loads_in_stages_and_every_chart_draws_once_it_has(admin_page, ru
         admin_page.wait_for_function(ready)
         assert admin_page.evaluate("() => window.plotlyWholeAtFirstStage") is False, path
         assert admin_page.evaluate("async () => (await window.GpulsePlotly) === window.Plotly"), path
+
+
+def test_the_overview_draws_its_heatmap_without_loading_plotly(admin_page, running_system):
+    """The heatmap is a canvas (heatmap.js): the overview has no Plotly chart, so it loads none of its 1 MB."""
+    admin_page.goto(running_system.base_url + "/")
+    admin_page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0"
+                                 " && document.getElementById('heatmap').gpulseDrawn.z.length")
+    assert admin_page.evaluate("() => window.Plotly === undefined && window.GpulsePlotly === undefined"
+                               " && !document.querySelector('script[src*=\"/vendor/plotly/\"]')")

@@ -20,6 +20,7 @@ import pytest
 
 from collectors.probe import publish_probe
 from gpulse.keys import Keys
+from tests.browser import CELL_POSITION, HEATMAP
 from workers import job_events
 
 pytestmark = pytest.mark.browser
@@ -129,19 +130,14 @@ def test_hostile_snapshot_runs_nothing_on_the_overview(watched_page, running_sys
         snapshot["summary"]["latest_busbw"] = {"busbw": 3.0, "previous": 2.0, "nodes": HOSTILE}
         client.set(keys.snapshot, orjson.dumps(snapshot))
         open_checked(watched_page, running_system.base_url + "/",
-                     "document.getElementById('heatmap').data"
+                     "document.getElementById('heatmap').gpulseDrawn.z.length"
                      " && document.querySelectorAll('#node-table tbody tr').length >= 7")
-        labels = watched_page.evaluate("document.getElementById('heatmap').layout.yaxis.ticktext")
+        labels = watched_page.evaluate(HEATMAP)["labels"]
         assert any("evil.example" in label for label in labels)  # there, but as text
-        assert "evil.example" in watched_page.text_content(".heatmap .yaxislayer-above")
+        assert "evil.example" in watched_page.text_content("#heatmap .heat-rows")
         # Hover every hostile row so the tooltip renders its model, probe and name.
         for row in range(len(snapshot["nodes"])):
-            spot = watched_page.evaluate("""(row) => {
-              const gd = document.getElementById("heatmap"), size = gd._fullLayout._size,
-                box = gd.getBoundingClientRect();
-              return {x: box.left + size.l + gd._fullLayout.xaxis.l2p(0),
-                      y: box.top + size.t + gd._fullLayout.yaxis.l2p(row)};
-            }""", row)
+            spot = watched_page.evaluate(CELL_POSITION, [row, 0])
             watched_page.mouse.move(spot["x"], spot["y"], steps=2)
         watched_page.wait_for_selector("#heat-tooltip:not([hidden])")
         assert_nothing_ran(watched_page)
@@ -227,15 +223,10 @@ def test_hostile_health_reasons_run_nothing_on_the_health_overview_and_node_page
         assert_nothing_ran(watched_page)
         open_checked(watched_page, running_system.base_url + "/",
                      "document.querySelector('#node-table .verdict-failing')"
-                     " && document.getElementById('heatmap').data")
+                     " && document.getElementById('heatmap').gpulseDrawn.z.length")
         assert HOSTILE in watched_page.get_attribute("#node-table .verdict-failing", "title")
         watched_page.select_option("#heat-metric", "health")
-        spot = watched_page.evaluate("""() => {
-          const gd = document.getElementById("heatmap"), size = gd._fullLayout._size,
-            box = gd.getBoundingClientRect();
-          return {x: box.left + size.l + gd._fullLayout.xaxis.l2p(0),
-                  y: box.top + size.t + gd._fullLayout.yaxis.l2p(0)};
-        }""")
+        spot = watched_page.evaluate(CELL_POSITION, [0, 0])
         watched_page.mouse.move(spot["x"], spot["y"], steps=2)
         watched_page.wait_for_selector("#heat-tooltip:not([hidden])")
         assert HOSTILE in watched_page.text_content("#heat-tooltip")

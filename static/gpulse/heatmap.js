@@ -1,7 +1,9 @@
-/* The overview's heatmap of every GPU: one Plotly heatmap trace whose z is
- * restyled in place each frame, an outline on every fault (a lost GPU, an Xid,
- * uncorrected ECC errors, a firing alert, a down node's GPUs), and our own
- * tooltip, which follows the pointer and refreshes with every frame.
+/* The overview's heatmap of every GPU, painted on a canvas each frame: a cell per
+ * GPU coloured by the chosen metric, an outline on every fault (a lost GPU, an Xid,
+ * uncorrected ECC errors, a firing alert, a down node's GPUs), row labels and GPU
+ * heads as HTML beside it, and a tooltip that follows the pointer and refreshes with
+ * every frame. Not Plotly: its heatmap cost 20-45 ms a frame and 110-200 ms to first
+ * draw at 2,000 GPUs, mostly axes and tick labels (issue 18); the canvas takes a few.
  * A cell can also be picked (select(), by heatmap-input.js: the keyboard or a
  * tap): a box marks it and the tooltip stays on it, both following its node and
  * GPU through reorders and frames.
@@ -30,9 +32,13 @@
   // However many nodes, a row stays this tall: a 3-px line hides one hot GPU or a dead node.
   const MIN_ROW_PX = 6;
   const FAULT_COLOUR = "#d1242f";
-  const MAX_ROW_LABELS = 16;
-  const NODATA_COLOUR = "#c3c9d1";
-  const PLOT_CONFIG = { displaylogo: false, displayModeBar: false, responsive: true, scrollZoom: false };
+  // A row label's line: rows shorter than this share a label with the next ones.
+  const LABEL_LINE_PX = 14;
+  const CELL_FONT = "11px system-ui, -apple-system, Segoe UI, Roboto, sans-serif";
+  const CELL_LINE_PX = 13;
+  const HATCH_PX = 6;
+  const STALE_WASH = "rgba(255,255,255,0.55)";
+  const DARK_INK = "#1f2933";
   const SCALES = {
     util: [[0, "#f4f8fd"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1, "#08306b"]],
     temp: [[0, "#ffffcc"], [0.35, "#fed976"], [0.6, "#fd8d3c"], [0.8, "#e31a1c"], [1, "#800026"]],
@@ -48,6 +54,50 @@
   function rowPixels(n) {
     if (n <= 24) return 34;
     return Math.max(MIN_ROW_PX, Math.min(22, 880 / n));
+  }
+
+  const colourTables = new Map(); // scale -> its 256 colours, RGBA
+
+  /* The scale's colour at 256 even steps from its low end to its high end, RGBA: linear
+   * between stops, and a step where two stops share a place. */
+  function colourTable(scale) {
+    let table = colourTables.get(scale);
+    if (table) return table;
+    table = new Uint8ClampedArray(256 * 4);
+    const stops = scale.map(function (stop) { return [stop[0], rgb(stop[1])]; });
+    for (let k = 0; k < 256; k++) {
+      const t = k / 255;
+      let s = 0;
+      while (s < stops.length - 2 && t > stops[s + 1][0]) s++;
+      const from = stops[s], to = stops[s + 1];
+      const f = to[0] > from[0] ? Math.max(0, Math.min(1, (t - from[0]) / (to[0] - from[0]))) : 1;
+      for (let c = 0; c < 3; c++) table[4 * k + c] = Math.round(from[1][c] + f * (to[1][c] - from[1][c]));
+      table[4 * k + 3] = 255;
+    }
+    colourTables.set(scale, table);
+    return table;
+  }
+
+  /* "#rrggbb" as [r, g, b]. */
+  function rgb(hex) {
+    return [1, 3, 5].map(function (k) { return parseInt(hex.slice(k, k + 2), 16); });
+  }
+
+  /* WCAG relative luminance of an sRGB colour. */
+  function luminance(r, g, b) {
+    const lin = function (c) {
+      c /= 255;
+      return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4);
+    };
+    return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
+  }
+
+  const DARK_INK_LUMINANCE = luminance.apply(null, rgb(DARK_INK));
+
+  /* Dark or white text, whichever contrasts more with the cell's colour. */
+  function inkOn(r, g, b) {
+    const l = luminance(r, g, b);
+    return (l + 0.05) / (DARK_INK_LUMINANCE + 0.05) > 1.05 / (l + 0.05) ? DARK_INK : "#ffffff";
   }
 
   function tagText(flags) {
@@ -69,13 +119,16 @@
     // Rows on screen: z and cellText are in display order; order[p] is the model row shown at p, at[r] where row r is.
     let order = [];
     let at = new Int32Array(0);
-    let orderVersion = 0; // counts reorders, so the row labels are sent again
     let z = [];
     let cellText = []; // rows of strings, empty in compact layouts
     let spec = metricSpec();
-    let drawn = false;
-    let labelSignature = "";
-    let dotSignature = "";
+    let geometry = null; // the canvas's size in CSS pixels and its cells', once laid out
+    // What was drawn, for the page's tests: z and the cell text
+    // in display order, the scale's range, the fault outlines' cells.
+    const drawn = (els.heatmap.gpulseDrawn = { z: [], text: [], zmin: 0, zmax: 0, faults: { x: [], y: [] } });
+    const grid = buildGrid();
+    const theme = {};
+    readTheme();
     let hoverMouse = null; // where the tooltip was asked for, to refresh its values each frame
     // The picked cell: {name, g, p (its last row on screen, for when its node goes), touch (a tap picked it)}.
     let picked = null;
@@ -174,7 +227,6 @@
         at[r] = p;
       });
       order = next;
-      orderVersion += 1;
       dirty.cells = dirty.labels = dirty.dots = true;
     }
 
@@ -194,7 +246,7 @@
           const flags = cells.flags[i];
           const tags = down || !flags ? "" : tagText(flags);
           const shown = !known ? "" : spec.cellText ? spec.cellText(v) : Math.round(v);
-          text[g] = flags & FLAG.LOST ? tags : shown + (tags ? "<br>" + tags : "");
+          text[g] = flags & FLAG.LOST ? tags : shown + (tags ? "\n" + tags : "");
         }
       }
       dirty.cells = dirty.labels = dirty.dots = true;
@@ -205,34 +257,6 @@
       spec = metricSpec();
       for (let r = 0; r < model.names.length; r++) rowChanged(r);
       dirty.layout = true; // colour scale, range and colour bar title change too
-    }
-
-    function heatTrace() {
-      const compact = isCompact();
-      const x = [];
-      for (let g = 0; g < model.cols; g++) x.push(g);
-      return {
-        type: "heatmap",
-        z: z.slice(),
-        x: x,
-        y: model.names.map(function (_, r) { return r; }),
-        zmin: spec.zmin,
-        zmax: spec.zmax,
-        colorscale: SCALES[view.metric] || SCALES.util,
-        hoverinfo: "none",
-        hoverongaps: true,
-        // One image pixel per GPU, scaled up sharply by gpulse.css (image-rendering:
-        // pixelated): without zsmooth, Plotly would set that in a style attribute,
-        // which the Content-Security-Policy refuses.
-        zsmooth: "fast",
-        // Cell text: the value, and under it the tags of a flagged GPU (Plotly picks
-        // a text colour that contrasts with each cell). Tiny rows get dots instead.
-        text: compact ? undefined : cellText.slice(),
-        texttemplate: compact ? "" : "%{text}",
-        textfont: { size: 11 },
-        // The colour scale is drawn in HTML (showScale): a Plotly colour bar is redrawn every frame.
-        showscale: false,
-      };
     }
 
     /* Where the faults are: every GPU of a down node, and each GPU with a FAULT flag. */
@@ -253,91 +277,176 @@
       return { x: x, y: y };
     }
 
-    /* An outline on each fault, in two traces: a white halo under a red square, so it
-     * shows on every colour of every scale, and sized to stand out of the smallest rows. */
-    function outlineTraces(faults) {
-      const size = Math.min(30, Math.max(10, rowPixels(model.names.length) + 4));
-      return [["#ffffff", 4], [FAULT_COLOUR, 2]].map(function (style) {
-        return {
-          type: "scatter", mode: "markers", x: faults.x, y: faults.y, hoverinfo: "skip",
-          marker: { symbol: "square-open", size: size, color: style[0], line: { width: style[1], color: style[0] } },
-        };
-      });
-    }
-
+    /* The row labels in display order: the node's name (as text, never markup), and its
+     * flags. Every row gets one while rows are tall enough to read it, else every few rows
+     * (the tooltip names every node). */
     function rowLabels() {
       const n = model.names.length;
-      // Plotly measures every tick label on each redraw, so big clusters get a few
-      // labels (the tooltip names every node) rather than one per dozen pixels.
-      const every = Math.max(1, Math.ceil(12 / rowPixels(n)), Math.ceil(n / MAX_ROW_LABELS));
-      const vals = [], text = [];
+      const every = Math.max(1, Math.ceil(LABEL_LINE_PX / rowPixels(n)));
+      const labels = [];
       for (let p = 0; p < n; p += every) {
-        vals.push(p);
         const r = order[p];
         const status = rows.status[r];
         const probe = rows.probe[r];
         const verdict = rows.health[r].verdict;
-        // Node names are the node's to choose: escaped, or Plotly renders their tags.
-        text.push(F.plotlyText(model.names[r]) + (status === "up" ? "" : status === "down" ? "  ✕ down" : "  ⚠ stale") +
+        labels.push(model.names[r] + (status === "up" ? "" : status === "down" ? "  ✕ down" : "  ⚠ stale") +
           (probe && probe.low ? "  ⚠ probe" : "") + (verdict === "failing" ? "  ✖ failing" : verdict === "degraded" ? "  ⚠ degraded" : ""));
       }
-      return { vals: vals, text: text };
+      return { every: every, text: labels };
     }
 
-    /* White lines between cells (drawn rather than gaps, so only empty cells show the hatch)
-     * and a wash over stale rows. */
-    function cellShapes() {
-      const shapes = [];
+    /* The row labels and the GPU column heads, as HTML beside and above the cells. */
+    function drawLabels(labels) {
       const n = model.names.length;
-      const cols = model.cols;
-      if (!isCompact()) {
-        const line = { color: "#ffffff", width: 2 };
-        for (let g = 1; g < cols; g++) {
-          shapes.push({ type: "line", xref: "x", yref: "y", x0: g - 0.5, x1: g - 0.5, y0: -0.5, y1: n - 0.5, line: line, layer: "above" });
-        }
-        for (let r = 1; r < n; r++) {
-          shapes.push({ type: "line", xref: "x", yref: "y", x0: -0.5, x1: cols - 0.5, y0: r - 0.5, y1: r - 0.5, line: line, layer: "above" });
-        }
+      const rowPx = rowPixels(n);
+      const kept = grid.rows.children;
+      for (let k = 0; k < labels.text.length; k++) {
+        let el = kept[k];
+        if (!el) el = grid.rows.appendChild(F.element("div", "heat-row-label"));
+        // Written only when it differs: labels are checked every frame, and change rarely.
+        if (el.textContent !== labels.text[k]) el.textContent = labels.text[k];
+        const height = Math.min(labels.every, n - k * labels.every) * rowPx + "px";
+        if (el.style.height !== height) el.style.height = height;
       }
+      while (kept.length > labels.text.length) grid.rows.lastChild.remove();
+      // Each label's line centred on its first row.
+      const shift = "translateY(" + (rowPx - LABEL_LINE_PX) / 2 + "px)";
+      if (grid.rows.style.transform !== shift) grid.rows.style.transform = shift;
+      if (grid.cols.children.length !== model.cols) {
+        const heads = [];
+        for (let g = 0; g < model.cols; g++) heads.push(F.element("span", "", "GPU " + g));
+        grid.cols.replaceChildren.apply(grid.cols, heads);
+      }
+    }
+
+    /* The canvas sized to the cells: one row of rowPixels per node, the panel's width. */
+    function sizeCanvas() {
+      const n = model.names.length;
+      const height = Math.max(n, 1) * rowPixels(n);
+      grid.canvas.style.height = height + "px";
+      const ratio = window.devicePixelRatio || 1;
+      const width = grid.canvas.clientWidth;
+      geometry = { width: width, height: height, rowPx: rowPixels(n), colPx: width / Math.max(model.cols, 1), ratio: ratio };
+      const w = Math.round(width * ratio), h = Math.round(height * ratio);
+      if (grid.canvas.width !== w) grid.canvas.width = w;
+      if (grid.canvas.height !== h) grid.canvas.height = h;
+    }
+
+    /* Paint every cell: the hatch where there is no data, each value's colour from the
+     * scale (one pixel per GPU, scaled up sharp), then the cell text, the lines between
+     * roomy cells, the wash over stale rows and the fault outlines. A few milliseconds at
+     * 2,000 GPUs. */
+    function paint() {
+      const n = model.names.length, cols = model.cols;
+      const ctx = grid.canvas.getContext("2d");
+      const geo = geometry;
+      ctx.setTransform(geo.ratio, 0, 0, geo.ratio, 0, 0);
+      ctx.fillStyle = theme.hatch;
+      ctx.fillRect(0, 0, geo.width, geo.height);
+      if (!n || !cols) return;
+      const colours = colourTable(SCALES[view.metric] || SCALES.util);
+      const image = grid.pixels.getContext("2d").createImageData(cols, n);
+      const span = spec.zmax - spec.zmin;
       for (let p = 0; p < n; p++) {
-        if (rows.status[order[p]] !== "stale") continue;
-        shapes.push({
-          type: "rect", xref: "x", yref: "y", x0: -0.5, x1: cols - 0.5, y0: p - 0.5, y1: p + 0.5,
-          fillcolor: "rgba(255,255,255,0.55)", line: { width: 0 }, layer: "above",
-        });
+        const line = z[p];
+        for (let g = 0; g < cols; g++) {
+          const v = line[g];
+          if (v === null) continue; // transparent: the hatch shows
+          const k = 4 * Math.max(0, Math.min(255, Math.round((255 * (v - spec.zmin)) / span)));
+          const o = 4 * (p * cols + g);
+          image.data[o] = colours[k];
+          image.data[o + 1] = colours[k + 1];
+          image.data[o + 2] = colours[k + 2];
+          image.data[o + 3] = 255;
+        }
       }
-      return shapes;
+      grid.pixels.width = cols;
+      grid.pixels.height = n;
+      grid.pixels.getContext("2d").putImageData(image, 0, 0);
+      ctx.imageSmoothingEnabled = false;
+      ctx.drawImage(grid.pixels, 0, 0, geo.width, geo.height);
+      if (!isCompact()) paintRoomy(ctx, colours);
+      ctx.fillStyle = STALE_WASH;
+      for (let p = 0; p < n; p++) {
+        if (rows.status[order[p]] === "stale") ctx.fillRect(0, p * geo.rowPx, geo.width, geo.rowPx);
+      }
+      paintFaults(ctx, faultCells());
     }
 
-    // Plotly's default for a linear axis hides labels that stick out of the div, and checks it
-    // by measuring every label once per label drawn: a quarter of each redraw's time at 2,000
-    // GPUs (issue 18). The labels here stay inside (the y axis makes room for them): no check.
-    const TICK_LABELS_INSIDE = "allow";
+    /* Rows tall enough to read: each cell's text (in a colour that contrasts with the cell),
+     * and lines of the panel's colour between the cells. */
+    function paintRoomy(ctx, colours) {
+      const n = model.names.length, cols = model.cols, geo = geometry;
+      const span = spec.zmax - spec.zmin;
+      ctx.font = CELL_FONT;
+      ctx.textAlign = "center";
+      ctx.textBaseline = "middle";
+      for (let p = 0; p < n; p++) {
+        for (let g = 0; g < cols; g++) {
+          const text = cellText[p][g];
+          if (!text) continue;
+          const v = z[p][g];
+          const k = v === null ? -1 : 4 * Math.max(0, Math.min(255, Math.round((255 * (v - spec.zmin)) / span)));
+          ctx.fillStyle = k < 0 ? theme.ink : inkOn(colours[k], colours[k + 1], colours[k + 2]);
+          const lines = text.split("\n");
+          const x = (g + 0.5) * geo.colPx, y = (p + 0.5) * geo.rowPx - ((lines.length - 1) * CELL_LINE_PX) / 2;
+          lines.forEach(function (words, k2) { ctx.fillText(words, x, y + k2 * CELL_LINE_PX); });
+        }
+      }
+      ctx.fillStyle = theme.panel;
+      for (let g = 1; g < cols; g++) ctx.fillRect(g * geo.colPx - 1, 0, 2, geo.height);
+      for (let p = 1; p < n; p++) ctx.fillRect(0, p * geo.rowPx - 1, geo.width, 2);
+    }
 
-    function heatLayout(labels) {
-      const n = model.names.length;
-      const plotHeight = Math.max(n, 1) * rowPixels(n);
-      const ticks = [];
-      for (let g = 0; g < model.cols; g++) ticks.push("GPU " + g);
-      return {
-        height: Math.max(160, plotHeight + 40),
-        margin: { l: 8, r: 8, t: 28, b: 8 },
-        font: { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 11, color: "#1f2933" },
-        paper_bgcolor: "rgba(0,0,0,0)",
-        plot_bgcolor: NODATA_COLOUR,
-        xaxis: {
-          tickvals: ticks.map(function (_, g) { return g; }), ticktext: ticks, side: "top",
-          range: [-0.5, model.cols - 0.5], showgrid: false, zeroline: false, fixedrange: true, ticks: "",
-          ticklabeloverflow: TICK_LABELS_INSIDE,
-        },
-        yaxis: {
-          tickvals: labels.vals, ticktext: labels.text, range: [n - 0.5, -0.5], showgrid: false, zeroline: false,
-          fixedrange: n <= 64, ticks: "", automargin: true, ticklabelstandoff: 6, ticklabeloverflow: TICK_LABELS_INSIDE,
-        },
-        shapes: cellShapes(),
-        showlegend: false,
-        dragmode: n <= 64 ? false : "zoom",
+    /* An outline on each fault: a white halo under a red square, so it shows on every
+     * colour of every scale, and sized to stand out of the smallest rows. */
+    function paintFaults(ctx, faults) {
+      const geo = geometry;
+      const size = Math.min(30, Math.max(10, geo.rowPx + 4));
+      [["#ffffff", 4], [FAULT_COLOUR, 2]].forEach(function (style) {
+        ctx.strokeStyle = style[0];
+        ctx.lineWidth = style[1];
+        for (let k = 0; k < faults.x.length; k++) {
+          ctx.strokeRect((faults.x[k] + 0.5) * geo.colPx - size / 2, (faults.y[k] + 0.5) * geo.rowPx - size / 2, size, size);
+        }
+      });
+      drawn.faults = faults;
+    }
+
+    /* The heatmap's parts in els.heatmap: GPU heads above, row labels beside, the cells'
+     * canvas, and an off-screen canvas of one pixel per GPU that is scaled up onto it. */
+    function buildGrid() {
+      const parts = {
+        cols: F.element("div", "heat-cols"),
+        rows: F.element("div", "heat-rows"),
+        canvas: F.element("canvas", "heat-cells"),
+        pixels: document.createElement("canvas"),
       };
+      const corner = F.element("div", "heat-corner");
+      els.heatmap.replaceChildren(corner, parts.cols, parts.rows, parts.canvas);
+      return parts;
+    }
+
+    /* The theme's colours for what is painted: the no-data hatch (as the legend's swatch),
+     * the lines between cells, text on a cell without data. */
+    function readTheme() {
+      const style = getComputedStyle(els.heatmap);
+      const tile = document.createElement("canvas");
+      tile.width = tile.height = HATCH_PX;
+      const ctx = tile.getContext("2d");
+      ctx.fillStyle = style.getPropertyValue("--nodata").trim() || "#c3c9d1";
+      ctx.fillRect(0, 0, HATCH_PX, HATCH_PX);
+      ctx.strokeStyle = style.getPropertyValue("--nodata-stripe").trim() || "#9aa3ad";
+      ctx.lineWidth = 2;
+      ctx.beginPath(); // a 45° stripe, continued across the tile's corners so the tiles join
+      [[0, HATCH_PX, HATCH_PX, 0], [-1, 1, 1, -1], [HATCH_PX - 1, HATCH_PX + 1, HATCH_PX + 1, HATCH_PX - 1]].forEach(function (l) {
+        ctx.moveTo(l[0], l[1]);
+        ctx.lineTo(l[2], l[3]);
+      });
+      ctx.stroke();
+      theme.hatch = grid.canvas.getContext("2d").createPattern(tile, "repeat");
+      theme.panel = style.getPropertyValue("--panel").trim() || "#ffffff";
+      theme.ink = style.getPropertyValue("--ink").trim() || DARK_INK;
     }
 
     function showScale() {
@@ -347,69 +456,33 @@
       els.scaleMax.textContent = spec.maxLabel || spec.zmax + " " + spec.unit;
     }
 
-    function draw() {
-      spec = metricSpec(); // the power scale in W follows the largest limit, known from meta
-      showScale();
-      const labels = rowLabels();
-      labelSignature = orderVersion + "|" + labels.text.join("|");
-      const faults = faultCells();
-      dotSignature = faults.x.join(",") + "|" + faults.y.join(",");
-      Plotly.react(els.heatmap, [heatTrace()].concat(outlineTraces(faults)), heatLayout(labels), PLOT_CONFIG);
-      if (!drawn) {
-        drawn = true;
-        els.heatmap.on("plotly_click", function (event) {
-          if (lastPointer === "touch") return; // a tap previews first (heatmap-input.js)
-          const cell = event.event ? cellAt(event.event) : null;
-          if (cell) onOpen(model.names[cell.r]);
-        });
-      }
-    }
-
-    /* Send Plotly only what changed: z every frame; labels and tags when they differ. */
-    function update() {
-      const layoutUpdate = {};
-      const traceUpdate = { z: [z.slice()] };
-      if (dirty.labels) {
-        const labels = rowLabels();
-        const signature = orderVersion + "|" + labels.text.join("|");
-        if (signature !== labelSignature) {
-          labelSignature = signature;
-          layoutUpdate["yaxis.ticktext"] = labels.text;
-          layoutUpdate["yaxis.tickvals"] = labels.vals;
-          layoutUpdate.shapes = cellShapes();
-        }
-      }
-      if (!isCompact()) traceUpdate.text = [cellText.slice()];
-      Plotly.update(els.heatmap, traceUpdate, layoutUpdate, [0]);
-      if (dirty.dots) {
-        const faults = faultCells();
-        const signature = faults.x.join(",") + "|" + faults.y.join(",");
-        if (signature !== dotSignature) {
-          dotSignature = signature;
-          Plotly.restyle(els.heatmap, { x: [faults.x, faults.x], y: [faults.y, faults.y] }, [1, 2]);
-        }
-      }
-    }
-
     /* Draw what changed since the last render; true if the layout was drawn anew. */
     function render() {
       reorder();
       const relaid = dirty.layout;
-      if (dirty.layout) draw();
-      else if (dirty.cells) update();
+      if (dirty.layout) {
+        spec = metricSpec(); // the power scale in W follows the largest limit, known from meta
+        showScale();
+      }
+      if (dirty.layout || dirty.labels) drawLabels(rowLabels());
+      if (dirty.layout) sizeCanvas();
+      if (dirty.layout || dirty.cells || dirty.dots) paint();
+      drawn.z = z;
+      drawn.text = cellText;
+      drawn.zmin = spec.zmin;
+      drawn.zmax = spec.zmax;
       dirty.layout = dirty.cells = dirty.labels = dirty.dots = false;
       if (picked) showPicked();
       if (hoverMouse) showTooltip(hoverMouse);
       return relaid;
     }
 
-    /* The cell under the mouse, from its own position: Plotly's hover data lags
-     * behind fast moves, and a click must open the node that is under the pointer. */
+    /* The cell under the mouse, from its position over the canvas. */
     function cellAt(mouse) {
-      const full = els.heatmap._fullLayout;
-      const box = els.heatmap.getBoundingClientRect();
-      const p = Math.round(full.yaxis.p2l(mouse.clientY - box.top - full._size.t));
-      const g = Math.round(full.xaxis.p2l(mouse.clientX - box.left - full._size.l));
+      if (!geometry) return null;
+      const box = grid.canvas.getBoundingClientRect();
+      const p = Math.floor((mouse.clientY - box.top) / geometry.rowPx);
+      const g = Math.floor((mouse.clientX - box.left) / geometry.colPx);
       if (p < 0 || p >= model.names.length || g < 0 || g >= model.cols) return null;
       const r = order[p];
       return { p: p, r: r, g: g, i: r * model.cols + g };
@@ -455,7 +528,7 @@
      * the node and GPU it was, where they are now; if the node went, the cell now in its place.
      * The tooltip's parts, if it drew them. */
     function showPicked() {
-      if (!drawn || !model.names.length) {
+      if (!geometry || !model.names.length) {
         els.focusBox.hidden = els.tooltip.hidden = true;
         return [];
       }
@@ -468,23 +541,22 @@
         picked.g = cell.g;
       }
       picked.p = cell.p;
-      const full = els.heatmap._fullLayout;
-      const x0 = full._size.l + full.xaxis.l2p(cell.g - 0.5), x1 = full._size.l + full.xaxis.l2p(cell.g + 0.5);
-      const y0 = full._size.t + full.yaxis.l2p(cell.p - 0.5), y1 = full._size.t + full.yaxis.l2p(cell.p + 0.5);
+      // The box is placed in the heatmap's wrapper, the canvas's offset parent.
+      const x0 = grid.canvas.offsetLeft + cell.g * geometry.colPx, y0 = grid.canvas.offsetTop + cell.p * geometry.rowPx;
       const box = els.focusBox.style;
-      box.left = Math.min(x0, x1) + "px";
-      box.top = Math.min(y0, y1) + "px";
-      box.width = Math.abs(x1 - x0) + "px";
-      box.height = Math.abs(y1 - y0) + "px";
+      box.left = x0 + "px";
+      box.top = y0 + "px";
+      box.width = geometry.colPx + "px";
+      box.height = geometry.rowPx + "px";
       els.focusBox.hidden = false;
       if (hoverMouse) return []; // the pointer's tooltip stays where the pointer is
-      const plot = els.heatmap.getBoundingClientRect();
-      return placeTooltip(cell, plot.left + Math.max(x0, x1) - 6, plot.top + Math.max(y0, y1) - 6);
+      const canvas = grid.canvas.getBoundingClientRect();
+      return placeTooltip(cell, canvas.left + (cell.g + 1) * geometry.colPx - 6, canvas.top + (cell.p + 1) * geometry.rowPx - 6);
     }
 
     function showTooltip(mouse) {
       if (mouse.pointerType === "touch") return; // a tap picks a cell (heatmap-input.js)
-      const cell = drawn ? cellAt(mouse) : null;
+      const cell = cellAt(mouse);
       if (!cell) return hideTooltip();
       hoverMouse = { clientX: mouse.clientX, clientY: mouse.clientY };
       placeTooltip(cell, mouse.clientX + 14, mouse.clientY + 14);
@@ -508,14 +580,6 @@
       else els.tooltip.hidden = true;
     }
 
-    /* An element holding ``text`` as text. */
-    function span(tag, className, text) {
-      const el = document.createElement(tag);
-      if (className) el.className = className;
-      el.textContent = text;
-      return el;
-    }
-
     /* The tooltip's nodes: lines of text and spans, never markup built from values. */
     function describeCell(cell) {
       const parts = [];
@@ -525,47 +589,63 @@
       };
       const status = rows.status[cell.r];
       const i = cell.i;
-      line(span("b", "", model.names[cell.r] + " · GPU " + cell.g));
+      line(F.element("b", "", model.names[cell.r] + " · GPU " + cell.g));
       if (cells.model[i]) line(cells.model[i]);
       if (!cells.present[i]) {
         line("no GPU " + cell.g + " on this node");
         return parts;
       }
       if (status === "down") {
-        line(span("span", "status-down", "node down"), ": no data since " + F.clockTime(rows.ts[cell.r]));
+        line(F.element("span", "status-down", "node down"), ": no data since " + F.clockTime(rows.ts[cell.r]));
         return parts;
       }
       const flags = cells.flags[i];
       if (flags & FLAG.LOST) {
-        line(span("span", "status-down", "LOST"), ": fell off the bus, no readings");
+        line(F.element("span", "status-down", "LOST"), ": fell off the bus, no readings");
         return parts;
       }
       const v = z[cell.p][cell.g];
       const valueText = v === null ? "not reported" : spec.valueText ? spec.valueText(v, i) : F.fixed(v, 0) + " " + spec.unit;
-      line(spec.label + ": ", span("b", "", valueText));
+      line(spec.label + ": ", F.element("b", "", valueText));
       line("util " + F.fixed(cells.util[i], 0) + " % · " + F.fixed(cells.temp[i], 0) + " °C");
       line("power " + F.fixed(cells.power[i], 0) + " / " + F.fixed(cells.powerLimit[i], 0) + " W");
       line("memory " + F.fixed(cells.memUsed[i] / 1024, 1) + " / " + F.fixed(cells.memTotal[i] / 1024, 1) + " GiB");
-      if (status === "stale") line(span("span", "status-stale", "stale"), ": sample from " + F.clockTime(rows.ts[cell.r]));
+      if (status === "stale") line(F.element("span", "status-stale", "stale"), ": sample from " + F.clockTime(rows.ts[cell.r]));
       const tags = [];
       if (flags & FLAG.ALERT) tags.push("alert firing");
       if (flags & FLAG.XID) tags.push("Xid error");
       if (flags & FLAG.ECC) tags.push("uncorrected ECC errors");
       if (flags & FLAG.THROTTLED) tags.push("thermal or hardware slowdown");
-      if (tags.length) line(span("span", "status-stale", tags.join(", ")));
+      if (tags.length) line(F.element("span", "status-stale", tags.join(", ")));
       const health = rows.health[cell.r];
       if (health.verdict === "failing" || health.verdict === "degraded") {
-        line(span("span", health.verdict === "failing" ? "status-down" : "status-stale", health.verdict), ": " + (health.reason || "no reason given"));
+        line(F.element("span", health.verdict === "failing" ? "status-down" : "status-stale", health.verdict), ": " + (health.reason || "no reason given"));
         if (health.action) line("→ " + health.action);
       }
       const probe = rows.probe[cell.r];
-      if (probe && probe.low) line(span("span", "status-down", "probe LOW"), ": " + window.GpulseCluster.describeProbe(probe));
+      if (probe && probe.low) line(F.element("span", "status-down", "probe LOW"), ": " + window.GpulseCluster.describeProbe(probe));
       return parts;
     }
 
     // Our own hover, from the pointer's position: the tooltip follows the mouse
     // exactly and its numbers refresh with every frame.
     els.heatmap.addEventListener("pointerdown", function (event) { lastPointer = event.pointerType; }, true);
+    els.heatmap.addEventListener("click", function (event) {
+      if (lastPointer === "touch") return; // a tap previews first (heatmap-input.js)
+      const cell = cellAt(event);
+      if (cell) onOpen(model.names[cell.r]);
+    });
+    // The canvas follows the panel's width (a resized window, a phone turned) and the theme.
+    new ResizeObserver(function () {
+      if (!geometry || grid.canvas.clientWidth === geometry.width) return;
+      sizeCanvas();
+      paint();
+      if (picked) showPicked();
+    }).observe(grid.canvas);
+    window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", function () {
+      readTheme();
+      if (geometry) paint();
+    });
     els.heatmap.addEventListener("pointermove", showTooltip);
     els.heatmap.addEventListener("pointerleave", hideTooltip);
 

@@ -75,9 +75,6 @@
   let renderQueued = false;
   let lastTableAt = 0;
   let tableOrder = null; // [key, dir] the order switch asked of the table, applied when it is next drawn
-  // Plotly loads in stages, a task each (vendor/plotly/index.js): until it has, the
-  // table and KPIs are drawn, and the heatmap keeps what changed for its first drawing.
-  let plotlyLoaded = false;
 
   const model = window.GpulseCluster.create({
     laidOut: function () { heatmap.laidOut(); },
@@ -130,7 +127,7 @@
   function render() {
     renderQueued = false;
     const started = performance.now();
-    if (plotlyLoaded && heatmap.render()) model.tableChanged = true;
+    if (heatmap.render()) model.tableChanged = true;
     const heatmapDone = performance.now();
     window.GpulseKpis.render(model);
     const kpisDone = performance.now();
@@ -223,10 +220,6 @@
     recolour();
   });
 
-  window.GpulsePlotly.then(function () {
-    plotlyLoaded = true;
-    queueRender();
-  });
   setInterval(showFrameAge, 250);
   socket = window.GpulseSocket.connect("/ws/cluster/", {
     onMessage: onMessage,

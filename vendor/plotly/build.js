@@ -22,6 +22,6 @@ esbuild.buildSync({
   // it took Plotly's longest stage from 12-24 ms to 5-14 ms and a page's first chart from
   // 73-117 ms to 43-64 ms (docs/PERFORMANCE.md, 2026-11-26). Then the version, which devtools/plotly_css.py
   // reads; the bundled libraries' licences are at the end.
-  banner: { js: `//# allFunctionsCalledOnLoad\n/* plotly.js (gpulse: scatter, heatmap - minified) v${version}\n * Copyright Plotly, Inc. Licensed under the MIT license */` },
+  banner: { js: `//# allFunctionsCalledOnLoad\n/* plotly.js (gpulse: scatter - minified) v${version}\n * Copyright Plotly, Inc. Licensed under the MIT license */` },
   logLevel: "warning",
 });

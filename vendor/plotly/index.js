@@ -1,4 +1,5 @@
-// The trace types gpulse's pages draw: scatter (in Plotly's core) and heatmap.
+// The trace type gpulse's pages draw: scatter, in Plotly's core (the overview's heatmap is
+// heatmap.js's own canvas).
 // tests/test_browser_plotly_bundle.py fails if a page draws a type left out here.
 //
 // Plotly's modules are evaluated in stages, each in a task of its own, so that loading it
@@ -19,7 +20,6 @@ var STAGES = [
   function () { require("plotly.js/build/plotcss"); require("plotly.js/src/plots/cartesian/axes"); },
   function () { require("plotly.js/src/plot_api"); },
   function () { require("plotly.js/lib/core"); },
-  function () { require("plotly.js/lib/core").register([require("plotly.js/lib/heatmap")]); },
 ];
 
 window.GpulsePlotly = new Promise(function (resolve) {
