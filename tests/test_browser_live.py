@@ -193,16 +193,40 @@ WATCH_REACT = """(() => {
 
 def test_a_live_charts_first_drawing_takes_four_frames_and_ends_whole(browser_page, running_system):
     """Drawn in one task, a chart's first drawing took 50-124 ms at 2,000 GPUs (issue 18): its frame, its
-    axes, its first line with its legend entry, then all of them, each in an animation frame of its own."""
+    axes, its first line, then all of them, each in an animation frame of its own."""
     browser_page.add_init_script(WATCH_REACT)
     log_in(browser_page, running_system.base_url, ADMIN_USER, ADMIN_PASSWORD, "/nodes/sim-02/")
     browser_page.wait_for_function(f"() => ({LIVE_CHARTS})().every(c => c && c.length === 8 && c[0] > 0)")
     drawings = browser_page.evaluate("() => window.reactDrawings.filter(d => d.chart === 'live-util')")
     assert [d["traces"] for d in drawings[:4]] == [0, 0, 1, 8], drawings
     assert len({d["frame"] for d in drawings[:4]}) == 4, drawings
-    # As one drawing would leave it: every GPU's line and legend entry.
-    assert browser_page.locator("#live-util .legend .traces").count() == 8
+    # As one drawing would leave it: every GPU's line, and the section's legend has every GPU.
     assert browser_page.locator("#live-util .scatterlayer .trace").count() == 8
+    assert browser_page.locator("#live-legend .legend-item").all_text_contents() == [f"GPU {g}" for g in range(8)]
+
+
+# Per live chart, which of its lines are shown.
+LIVE_VISIBLE = """() => ["live-util", "live-mem", "live-temp", "live-power"].map(
+  id => document.getElementById(id).data.map(t => t.visible !== false))"""
+
+
+def test_a_gpu_pressed_in_a_sections_legend_hides_its_lines_on_all_four_charts(admin_page, running_system):
+    """One HTML legend per section instead of a Plotly legend on each chart, which Plotly drew anew at every
+    redraw (issue 18); pressing a GPU hides or shows its lines on each of the section's charts."""
+    admin_page.goto(running_system.base_url + "/nodes/sim-02/")
+    admin_page.wait_for_function(f"() => ({LIVE_CHARTS})().every(c => c && c.length === 8)")
+    assert admin_page.locator("#live-util .legend").count() == 0  # no Plotly legend
+    gpu1 = admin_page.locator('#live-legend .legend-item[data-gpu="1"]')
+    assert gpu1.get_attribute("aria-pressed") == "true"
+    gpu1.click()
+    hidden = [[g != 1 for g in range(8)]] * 4
+    admin_page.wait_for_function(f"(hidden) => JSON.stringify(({LIVE_VISIBLE})()) === JSON.stringify(hidden)", arg=hidden)
+    assert gpu1.get_attribute("aria-pressed") == "false"
+    admin_page.wait_for_timeout(1500)  # the once-a-second redraws keep it hidden
+    assert admin_page.evaluate(LIVE_VISIBLE) == hidden
+    gpu1.press("Enter")  # a button: the keyboard presses it too
+    admin_page.wait_for_function(f"() => ({LIVE_VISIBLE})().every(chart => chart.every(Boolean))")
+    assert gpu1.get_attribute("aria-pressed") == "true"
 
 
 def test_every_request_stays_on_the_dashboard_host(admin_page, running_system):

@@ -96,6 +96,7 @@
     rangeSince: document.getElementById("range-since"),
     rangeUntil: document.getElementById("range-until"),
     resetZoom: { live: document.getElementById("live-reset-zoom"), history: document.getElementById("history-reset-zoom") },
+    legend: { live: document.getElementById("live-legend"), history: document.getElementById("history-legend") },
   };
 
   const num = L.numberOrNull;
@@ -139,15 +140,63 @@
     queueCharts();
   }
 
-  function gpuLabels() {
-    // Trace names: Plotly renders pseudo-HTML in them, and the index is the node's to send.
-    if (live.sample) return live.sample.gpus.map(function (gpu) { return "GPU " + L.plotlyText(gpu.index); });
+  /* The GPUs of the live charts, in the sample's order: their index as the node sends it. */
+  function liveGpus() {
+    if (live.sample) return live.sample.gpus.map(function (gpu) { return String(gpu.index); });
     let n = 0;
     points.forEach(function (p) { n = Math.max(n, p.values.length); });
-    const labels = [];
-    for (let g = 0; g < n; g++) labels.push("GPU " + g);
-    return labels;
+    const gpus = [];
+    for (let g = 0; g < n; g++) gpus.push(String(g));
+    return gpus;
   }
+
+  /* A trace's name: Plotly renders pseudo-HTML in it, and the index is the node's to send. */
+  function traceName(gpu) {
+    return "GPU " + L.plotlyText(gpu);
+  }
+
+  /* ---- the legends: one per section, for its four charts ------------------------------ */
+
+  // The GPUs whose lines a press on the section's legend hid. One HTML legend for the four charts
+  // of a section, not a Plotly legend on each: Plotly drew its legends anew with every redraw, a
+  // fifth of the node page's drawing time at 2,000 GPUs (issue 18).
+  const hiddenGpus = { live: new Set(), history: new Set() };
+  const legendShown = { live: "", history: "" };
+
+  /* The section's legend: a button per GPU in its line's colour; ``gpus`` is [[index, colour]]. */
+  function showLegend(section, gpus) {
+    const signature = JSON.stringify(gpus);
+    if (legendShown[section] === signature) return;
+    legendShown[section] = signature;
+    els.legend[section].replaceChildren.apply(els.legend[section], gpus.map(function (gpu) {
+      const button = L.element("button", "legend-item");
+      button.type = "button";
+      button.dataset.gpu = gpu[0];
+      button.setAttribute("aria-pressed", String(!hiddenGpus[section].has(gpu[0])));
+      const swatch = L.element("span", "legend-swatch");
+      swatch.style.background = gpu[1];
+      button.append(swatch, "GPU " + gpu[0]);
+      return button;
+    }));
+  }
+
+  /* Whether GPU ``gpu``'s lines show on the section's charts. */
+  function shown(section, gpu) {
+    return !hiddenGpus[section].has(String(gpu));
+  }
+
+  ["live", "history"].forEach(function (section) {
+    els.legend[section].addEventListener("click", function (event) {
+      const button = event.target.closest("button[data-gpu]");
+      if (!button) return;
+      const gpu = button.dataset.gpu;
+      if (hiddenGpus[section].has(gpu)) hiddenGpus[section].delete(gpu);
+      else hiddenGpus[section].add(gpu);
+      button.setAttribute("aria-pressed", String(!hiddenGpus[section].has(gpu)));
+      if (section === "live") queueCharts();
+      else if (lastHistory) renderHistory(lastHistory);
+    });
+  });
 
   function queueCharts() {
     if (!chartsQueued) {
@@ -164,7 +213,8 @@
     let drop = 0;
     while (drop < points.length && points[drop].ts < start) drop++;
     if (drop) points = points.slice(drop);
-    const labels = gpuLabels();
+    const gpus = liveGpus();
+    showLegend("live", gpus.map(function (gpu, g) { return [gpu, COLOURS[g % COLOURS.length]]; }));
     const gapAfter = GAP_INTERVALS * live.interval;
     const limits = yLimits();
     // One time axis for every trace: the points' times, a gap after each missed sample.
@@ -182,13 +232,13 @@
       previous = ts;
     }
     LIVE.forEach(function (chart, k) { inTurn(chart.id, function () {
-      const traces = labels.map(function (label, g) {
+      const traces = gpus.map(function (gpu, g) {
         const y = at.map(function (p) {
           const values = p < 0 ? null : points[p].values[g];
           return values ? values[k] : null;
         });
         return {
-          type: "scatter", mode: "lines", name: label, x: x, y: y, connectgaps: false,
+          type: "scatter", mode: "lines", name: traceName(gpu), x: x, y: y, connectgaps: false, visible: shown("live", gpu),
           line: { width: 1.5, color: COLOURS[g % COLOURS.length] },
           hovertemplate: "%{fullData.name}: %{y:." + chart.digits + "f} " + chart.unit + "<extra></extra>",
         };
@@ -243,19 +293,20 @@
   function chartLayout(chart, xrange, yrange) {
     return {
       height: 250,
-      margin: { l: 46, r: 10, t: 30, b: 58 },
+      margin: { l: 46, r: 28, t: 30, b: 36 },
       font: FONT,
       title: { text: chart.title + " (" + chart.unit + ")", x: 0.01, xanchor: "left", y: 0.97, font: { size: 13 } },
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "#ffffff",
-      xaxis: { type: "date", range: xrange, gridcolor: "#e8ecf0", linecolor: "#c9d1d9" },
+      // Tick labels are drawn without Plotly's check that each stays inside the chart, which measured
+      // every label once per label placed (issue 18): the margins leave them room.
+      xaxis: { type: "date", range: xrange, gridcolor: "#e8ecf0", linecolor: "#c9d1d9", ticklabeloverflow: "allow" },
       yaxis: yrange
-        ? { range: yrange, autorange: false, fixedrange: true, gridcolor: "#e8ecf0", zeroline: false }
-        : { autorange: true, rangemode: "tozero", fixedrange: true, gridcolor: "#e8ecf0", zeroline: false },
+        ? { range: yrange, autorange: false, fixedrange: true, gridcolor: "#e8ecf0", zeroline: false, ticklabeloverflow: "allow" }
+        : { autorange: true, rangemode: "tozero", fixedrange: true, gridcolor: "#e8ecf0", zeroline: false, ticklabeloverflow: "allow" },
       shapes: thresholdShapes(chart.key),
       hovermode: "x unified",
-      showlegend: true,
-      legend: { orientation: "h", x: 0, y: -0.22, font: { size: 10 } },
+      showlegend: false, // the section's legend (showLegend)
     };
   }
 
@@ -512,6 +563,7 @@
         "No minute rollups in this range yet: ingest writes one per GPU and minute, about two minutes after the minute ends.";
     }
     const xrange = zoom.history || [when(history.since), when(history.until)];
+    showLegend("history", gpus.map(function (series) { return [String(series.gpu), COLOURS[series.gpu % COLOURS.length]]; }));
     HISTORY.forEach(function (chart) { inTurn(chart.id, function () {
       const traces = [];
       gpus.forEach(function (series) {
@@ -530,13 +582,12 @@
           high.push(triple[2] === null ? null : triple[2] * chart.scale);
           previous = ts;
         });
-        const label = "GPU " + L.plotlyText(series.gpu);
-        const group = "gpu" + series.gpu;
-        const band = { type: "scatter", mode: "lines", x: x, legendgroup: group, showlegend: false, hoverinfo: "skip", line: { width: 0, color: colour } };
+        const visible = shown("history", series.gpu);
+        const band = { type: "scatter", mode: "lines", x: x, visible: visible, hoverinfo: "skip", line: { width: 0, color: colour } };
         traces.push(Object.assign({}, band, { y: low }));
         traces.push(Object.assign({}, band, { y: high, fill: "tonexty", fillcolor: alpha(colour, 0.15) }));
         traces.push({
-          type: "scatter", mode: "lines", name: label, legendgroup: group, x: x, y: mean,
+          type: "scatter", mode: "lines", name: traceName(series.gpu), visible: visible, x: x, y: mean,
           customdata: low.map(function (v, i) { return [v, high[i]]; }),
           line: { width: 1.5, color: colour },
           hovertemplate: "%{fullData.name}: %{y:." + chart.digits + "f} " + chart.unit +
