@@ -220,7 +220,8 @@ def test_a_gpu_pressed_in_a_sections_legend_hides_its_lines_on_all_four_charts(a
     assert gpu1.get_attribute("aria-pressed") == "true"
     gpu1.click()
     hidden = [[g != 1 for g in range(8)]] * 4
-    admin_page.wait_for_function(f"(hidden) => JSON.stringify(({LIVE_VISIBLE})()) === JSON.stringify(hidden)", arg=hidden)
+    admin_page.wait_for_function(f"(hidden) => JSON.stringify(({LIVE_VISIBLE})()) === JSON.stringify(hidden)",
+                                 arg=hidden)
     assert gpu1.get_attribute("aria-pressed") == "false"
     admin_page.wait_for_timeout(1500)  # the once-a-second redraws keep it hidden
     assert admin_page.evaluate(LIVE_VISIBLE) == hidden
