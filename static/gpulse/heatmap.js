@@ -37,6 +37,7 @@
   const CELL_FONT = "11px system-ui, -apple-system, Segoe UI, Roboto, sans-serif";
   const CELL_LINE_PX = 13;
   const HATCH_PX = 6;
+  const HEAD_MIN_PX = 48; // a GPU column narrower than this is headed by its index alone
   const STALE_WASH = "rgba(255,255,255,0.55)";
   const DARK_INK = "#1f2933";
   const SCALES = {
@@ -314,9 +315,17 @@
       if (grid.rows.style.transform !== shift) grid.rows.style.transform = shift;
       if (grid.cols.children.length !== model.cols) {
         const heads = [];
-        for (let g = 0; g < model.cols; g++) heads.push(F.element("span", "", "GPU " + g));
+        for (let g = 0; g < model.cols; g++) heads.push(F.element("span"));
         grid.cols.replaceChildren.apply(grid.cols, heads);
       }
+    }
+
+    /* Each GPU's head: "GPU 3", or "3" where the columns are too narrow for it (a phone). */
+    function nameColumns() {
+      const prefix = geometry.colPx < HEAD_MIN_PX ? "" : "GPU ";
+      Array.from(grid.cols.children).forEach(function (head, g) {
+        if (head.textContent !== prefix + g) head.textContent = prefix + g;
+      });
     }
 
     /* The canvas sized to the cells: one row of rowPixels per node, the panel's width. */
@@ -330,6 +339,7 @@
       const w = Math.round(width * ratio), h = Math.round(height * ratio);
       if (grid.canvas.width !== w) grid.canvas.width = w;
       if (grid.canvas.height !== h) grid.canvas.height = h;
+      nameColumns();
     }
 
     /* Paint every cell: the hatch where there is no data, each value's colour from the
