@@ -409,15 +409,18 @@
     }
 
     /* An outline on each fault: a white halo under a red square, so it shows on every
-     * colour of every scale, and sized to stand out of the smallest rows. */
+     * colour of every scale: around the cell where rows are roomy, else a square that
+     * stands out of the smallest rows. */
     function paintFaults(ctx, faults) {
       const geo = geometry;
-      const size = Math.min(30, Math.max(10, geo.rowPx + 4));
+      const roomy = !isCompact();
+      const size = Math.max(10, geo.rowPx + 4);
+      const w = roomy ? geo.colPx - 4 : size, h = roomy ? geo.rowPx - 4 : size;
       [["#ffffff", 4], [FAULT_COLOUR, 2]].forEach(function (style) {
         ctx.strokeStyle = style[0];
         ctx.lineWidth = style[1];
         for (let k = 0; k < faults.x.length; k++) {
-          ctx.strokeRect((faults.x[k] + 0.5) * geo.colPx - size / 2, (faults.y[k] + 0.5) * geo.rowPx - size / 2, size, size);
+          ctx.strokeRect((faults.x[k] + 0.5) * geo.colPx - w / 2, (faults.y[k] + 0.5) * geo.rowPx - h / 2, w, h);
         }
       });
       drawn.faults = faults;
