@@ -1,7 +1,8 @@
 /* The overview's node table: sortable by any column, filtered by name, the
  * first TABLE_MAX_ROWS rows in sort order (the filter finds any other node).
  * Built as DOM nodes with text, never as markup from the values nodes send;
- * each node keeps its row, and only cells whose content changed are replaced.
+ * each node keeps its row, and only cells whose content changed are touched.
+ * Rows are made at most NEW_ROWS_A_FRAME an animation frame.
  */
 (function () {
   "use strict";
@@ -9,6 +10,9 @@
   const F = window.GpulseFormat;
   const V = window.GpulseVerdict;
   const TABLE_MAX_ROWS = 200;
+  // The first 200 rows made, laid out and painted at once took one task of 60-195 ms at
+  // 2,000 GPUs (issue 18): they are made this many an animation frame.
+  const NEW_ROWS_A_FRAME = 40;
   const STATUS_RANK = { down: 0, stale: 1, up: 2 };
 
   const nodeUrl = F.nodeUrl;
@@ -100,52 +104,110 @@
       return td;
     }
 
-    /* The cells after the name, built afresh; updateRow keeps those that show the same. */
-    function valueCells(row) {
+    // Each cell after the name: what it shows, as a string (its key), and the cell that shows
+    // it. A row keeps its cells while their keys stay the same; a cell of text alone takes its
+    // new text in place. Building every cell of 200 rows each second to compare them with the
+    // shown ones cost more than the comparison saved (issue 18).
+    function textCell(text) {
+      return { key: text, text: true, build: function () { return F.element("td", "num", text); } };
+    }
+
+    function cellSpecs(row) {
       const r = row.r;
       const down = row.status === "down";
+      const skew = rows.skew[r];
+      const probe = rows.probe[r];
+      const health = rows.health[r];
       return [
-        statusCell(row),
-        healthCell(row),
-        F.element("td", "num", (down ? "no data " : "") + F.age(row.age)),
-        gpuCell(row),
-        F.element("td", "num", down ? "—" : F.fixed(row.util, 1)),
-        F.element("td", "num", down ? "—" : F.fixed(row.temp, 0)),
-        F.element("td", "num", down ? "—" : F.fixed(row.power, 0)),
-        F.element("td", "num", down ? "—" : F.fixed(row.mem / 1024, 0) + " / " + F.fixed(rows.memTotal[r] / 1024, 0)),
-        probeCell(rows.probe[r]),
+        { key: row.status + (skew === skew ? F.skew(skew) : ""), build: function () { return statusCell(row); } },
+        { key: V.describe(health), build: function () { return healthCell(row); } },
+        textCell((down ? "no data " : "") + F.age(row.age)),
+        { key: down ? "down " + row.gpus : rows.reporting[r] + " " + rows.lost[r] + " " + row.gpus,
+          build: function () { return gpuCell(row); } },
+        textCell(down ? "—" : F.fixed(row.util, 1)),
+        textCell(down ? "—" : F.fixed(row.temp, 0)),
+        textCell(down ? "—" : F.fixed(row.power, 0)),
+        textCell(down ? "—" : F.fixed(row.mem / 1024, 0) + " / " + F.fixed(rows.memTotal[r] / 1024, 0)),
+        { key: probe ? window.GpulseCluster.describeProbe(probe) + (probe.low ? " LOW" : "") : "",
+          build: function () { return probeCell(probe); } },
       ];
     }
 
-    // node name -> its <tr>, kept across renders: rows are updated in place, so the
-    // link a keyboard user is on keeps its focus while frames arrive.
+    // node name -> its row: the <tr> and the keys of its cells, kept across renders. Rows are
+    // updated in place, so the link a keyboard user is on keeps its focus while frames arrive.
     const rowElements = new Map();
+    let fillQueued = false; // a render in the next animation frame makes the rows this one left out
 
     function rowElement(name) {
-      let tr = rowElements.get(name);
-      if (!tr) {
-        tr = F.element("tr");
+      let entry = rowElements.get(name);
+      if (!entry) {
+        const tr = F.element("tr");
         tr.dataset.node = name;
         const link = F.element("a", "", name);
         link.href = nodeUrl(name);
         const nameCell = F.element("td");
         nameCell.append(link);
         tr.append(nameCell);
-        rowElements.set(name, tr);
+        entry = { tr: tr, keys: [] };
+        rowElements.set(name, entry);
       }
-      return tr;
+      return entry;
     }
 
     function updateRow(row) {
-      const tr = rowElement(row.name);
+      const entry = rowElement(row.name);
+      const tr = entry.tr;
       const className = "row-" + row.status;
       if (tr.className !== className) tr.className = className;
-      valueCells(row).forEach(function (td, k) {
+      cellSpecs(row).forEach(function (spec, k) {
+        if (entry.keys[k] === spec.key) return;
         const old = tr.cells[k + 1];
-        if (!old) tr.append(td);
-        else if (!old.isEqualNode(td)) tr.replaceChild(td, old);
+        if (!old) tr.append(spec.build());
+        else if (spec.text) old.textContent = spec.key;
+        else tr.replaceChild(spec.build(), old);
+        entry.keys[k] = spec.key;
       });
       return tr;
+    }
+
+    /* The indexes into ``at`` of a longest increasing run of its values (-1: none), in order. */
+    function longestRun(at) {
+      const tails = []; // tails[n]: the index ending the best run of length n + 1 so far
+      const before = new Array(at.length);
+      for (let k = 0; k < at.length; k++) {
+        if (at[k] < 0) continue;
+        let lo = 0, hi = tails.length;
+        while (lo < hi) {
+          const mid = (lo + hi) >> 1;
+          if (at[tails[mid]] < at[k]) lo = mid + 1;
+          else hi = mid;
+        }
+        before[k] = lo > 0 ? tails[lo - 1] : -1;
+        tails[lo] = k;
+      }
+      const run = new Array(tails.length);
+      for (let n = tails.length - 1, k = tails[n]; n >= 0; n--, k = before[k]) run[n] = k;
+      return run;
+    }
+
+    /* Make ``trs`` tbody's rows, in that order. The rows that keep their relative order (the
+     * longest run of them) stay where they are and only the others move: a moved row is laid out
+     * and painted again, and a re-sort each second by a column that changes moved nearly every
+     * row when each out of place moved the ones after it (issue 18). */
+    function placeRows(tbody, trs) {
+      const wanted = new Set(trs);
+      const at = new Map();
+      for (let tr = tbody.firstChild, next; tr; tr = next) {
+        next = tr.nextSibling;
+        if (wanted.has(tr)) at.set(tr, at.size);
+        else tbody.removeChild(tr);
+      }
+      const stays = new Set(longestRun(trs.map(function (tr) { return at.has(tr) ? at.get(tr) : -1; })));
+      let anchor = null;
+      for (let k = trs.length - 1; k >= 0; k--) {
+        if (!stays.has(k)) tbody.insertBefore(trs[k], anchor);
+        anchor = trs[k];
+      }
     }
 
     function render() {
@@ -153,20 +215,28 @@
       const shown = Math.min(list.length, TABLE_MAX_ROWS);
       const focused = document.activeElement;
       const tbody = els.tbody;
-      // Put the rows in order, moving only those out of place.
-      let next = tbody.firstChild;
+      // At most NEW_ROWS_A_FRAME rows are made an animation frame, by the render that a frame
+      // queued for the next when one is queued: the others follow. Rows already made are all
+      // placed, so a focused one stays.
+      const trs = [];
+      let canMake = fillQueued ? 0 : NEW_ROWS_A_FRAME;
       for (let k = 0; k < shown; k++) {
-        const tr = updateRow(list[k]);
-        if (tr === next) next = next.nextSibling;
-        else tbody.insertBefore(tr, next);
+        if (!rowElements.has(list[k].name)) {
+          if (canMake === 0) continue;
+          canMake -= 1;
+        }
+        trs.push(updateRow(list[k]));
       }
-      while (next) {
-        const after = next.nextSibling;
-        tbody.removeChild(next);
-        next = after;
+      if (trs.length < shown && !fillQueued) {
+        fillQueued = true;
+        requestAnimationFrame(function () {
+          fillQueued = false;
+          render();
+        });
       }
+      placeRows(tbody, trs);
       // A forgotten node's row goes for good.
-      rowElements.forEach(function (tr, name) {
+      rowElements.forEach(function (entry, name) {
         if (!model.rowOf.has(name)) rowElements.delete(name);
       });
       // A row that moved (a new sort order) lost the focus: give it back.
