@@ -184,8 +184,7 @@ def test_the_node_page_charts_every_gpu_live(admin_page, running_system):
 
 
 # An init script: each Plotly.react on the page, in window.reactDrawings, with the id of the chart's element,
-# how many traces it was given, how many of them it drew (not "legendonly") and the time of the animation
-# frame it ran in (first drawings come in parts, issue 18).
+# how many traces it drew and the time of the animation frame it ran in (first drawings come in parts, issue 18).
 WATCH_REACT = """(() => {
   const drawings = (window.reactDrawings = []);
   let plotly;
@@ -193,8 +192,7 @@ WATCH_REACT = """(() => {
     const react = value.react;
     value.react = function (gd, data, layout, config) {
       const chart = typeof gd === "string" ? gd : gd.id;
-      const lines = data.filter((trace) => trace.visible !== "legendonly").length;
-      drawings.push({ chart: chart, traces: data.length, lines: lines, frame: document.timeline.currentTime });
+      drawings.push({ chart: chart, traces: data.length, frame: document.timeline.currentTime });
       return react.call(this, gd, data, layout, config);
     };
     plotly = value;

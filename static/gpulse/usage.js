@@ -54,39 +54,11 @@
       hovermode: "x unified",
       legend: { orientation: "h", x: 0, y: -0.22, font: { size: 10 } },
     };
-    const gd = document.getElementById("usage-chart");
-    const all = parts(traces, layout);
-    (function drawPart(k) {
-      const drawn = Plotly.react(gd, all[k][0], all[k][1], PLOT_CONFIG);
-      if (k + 1 < all.length) requestAnimationFrame(function () { drawPart(k + 1); });
-      else drawn.then(function () { state.drawn = true; });
-    })(0);
-  }
-
-  /* The chart's first drawing in parts, each in an animation frame of its own: drawn at once it
-   * was one task of 54-169 ms at 2,000 GPUs, the page's only chart running Plotly's code cold
-   * (issue 18, docs/PERFORMANCE.md). The node page's parts (first-drawing.js) with two more:
-   * - the legend after the frame: its first drawing widens the bottom margin and Plotly then
-   *   draws the whole plot again, axes included, which made the last part 35-62 ms. From then on
-   *   every part lists every line, those it does not draw yet as "legendonly" (in the legend,
-   *   not in the plot or its ranges), so the margin stays;
-   * - the y axis before both: the date axis' tick labels are the costliest to place and measure,
-   *   and the two axes in one part took 31-67 ms. */
-  function parts(traces, layout) {
-    const out = window.GpulseFirstDrawing.parts(traces, layout).concat([[traces, layout]]);
-    const axes = out[1][1];
-    const yAxis = Object.assign({}, axes, { xaxis: Object.assign({}, axes.xaxis, { visible: false }) });
-    out.splice(1, 0, [[], out[0][1]], [[], yAxis]);
-    out.slice(1, -1).forEach(function (part) {
-      part[0] = traces.map(function (trace, i) {
-        return i < part[0].length ? trace : Object.assign({}, trace, { visible: "legendonly" });
-      });
+    Plotly.react(document.getElementById("usage-chart"), traces, layout, PLOT_CONFIG).then(function () {
+      state.drawn = true;
     });
-    return out;
   }
 
   document.getElementById("time-zone").textContent = "times in " + F.zoneName();
-  // Plotly loads in stages, a task each (vendor/plotly/index.js); the first part waits for a frame
-  // of its own rather than running in the task that resolves Plotly.
-  window.GpulsePlotly.then(function () { requestAnimationFrame(draw); });
+  window.GpulsePlotly.then(draw); // Plotly loads in stages, a task each (vendor/plotly/index.js)
 })();
