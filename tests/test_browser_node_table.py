@@ -12,7 +12,7 @@ from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
 
 pytestmark = pytest.mark.browser
 
-NODES = 90  # over table.js's NEW_ROWS_A_FRAME (40), under TABLE_MAX_ROWS (200)
+NODES = 90  # over table.js's NEW_ROWS_A_FRAME (40), under TABLE_MAX_ROWS (100)
 ROWS_A_FRAME = 40
 
 # The rows in the table at each animation frame, from before the page's own scripts run.
