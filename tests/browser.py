@@ -9,6 +9,8 @@ keep enforced: give ``wait_for_function`` a function ("() => ..."), since an
 expression string is eval'd inside the page and the policy refuses that.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,23 @@ def log_in(page: Page, base_url: str, username: str, password: str, next_path: s
         page.click('button[type="submit"]')
     if "/accounts/login/" in page.url:
         raise AssertionError(f"logging in as {username!r} failed: still on {page.url}")
+
+
+@contextmanager
+def logged_in_page(chromium: Browser, base_url: str, username: str, password: str, timeout_ms: float = 15_000,
+                   init_script: str | None = None, next_path: str = "/healthz") -> Iterator[Page]:
+    """A page in a context of its own, logged in to ``base_url`` (a system a test module started for itself),
+    ``init_script`` run in each of its documents before the page's own scripts."""
+    context = chromium.new_context(viewport=VIEWPORT)
+    if init_script:
+        context.add_init_script(init_script)
+    page = context.new_page()
+    page.set_default_timeout(timeout_ms)
+    log_in(page, base_url, username, password, next_path)
+    try:
+        yield page
+    finally:
+        context.close()
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,9 @@ sorted by a column that changes every second follow it while keeping their cells
 
 import pytest
 
-from devtools.loadtest.browser import VIEWPORT
 from devtools.redis_server import free_port
 from devtools.stack import Stack
-from tests.browser import log_in
+from tests.browser import logged_in_page
 from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
 
 pytestmark = pytest.mark.browser
@@ -50,13 +49,8 @@ def fleet(tmp_path_factory):
 
 @pytest.fixture
 def fleet_page(chromium, fleet):
-    context = chromium.new_context(viewport=VIEWPORT)
-    context.add_init_script(COUNT_ROWS)
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    log_in(page, fleet.url.rstrip("/"), ADMIN_USER, ADMIN_PASSWORD, "/healthz")
-    yield page
-    context.close()
+    with logged_in_page(chromium, fleet.url.rstrip("/"), ADMIN_USER, ADMIN_PASSWORD, 30_000, COUNT_ROWS) as page:
+        yield page
 
 
 def open_overview(page, fleet):

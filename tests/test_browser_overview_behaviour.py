@@ -7,12 +7,11 @@ import time
 import pytest
 import redis
 
-from devtools.loadtest.browser import VIEWPORT
 from devtools.redis_server import free_port
 from devtools.stack import Stack
 from gpulse import schema
 from gpulse.keys import Keys, node_ttl
-from tests.browser import CELL_COLOUR, CELL_POSITION, log_in
+from tests.browser import CELL_COLOUR, CELL_POSITION, logged_in_page
 from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
 from tests.samples import sample
 from tests.test_browser_operator_input import PICKED, wait_picked
@@ -92,12 +91,8 @@ def small_system(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small_page(chromium, small_system):
-    context = chromium.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    log_in(page, small_system.url.rstrip("/"), ADMIN_USER, ADMIN_PASSWORD, "/")
-    yield page
-    context.close()
+    with logged_in_page(chromium, small_system.url.rstrip("/"), ADMIN_USER, ADMIN_PASSWORD, next_path="/") as page:
+        yield page
 
 
 def test_a_node_with_a_skewed_clock_is_up_and_badged_then_forgotten(small_system, small_page):

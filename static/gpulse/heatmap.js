@@ -356,13 +356,12 @@
       if (!n || !cols) return;
       const colours = colourTable(SCALES[view.metric] || SCALES.util);
       const image = grid.pixels.getContext("2d").createImageData(cols, n);
-      const span = spec.zmax - spec.zmin;
       for (let p = 0; p < n; p++) {
         const line = z[p];
         for (let g = 0; g < cols; g++) {
           const v = line[g];
           if (v === null) continue; // transparent: the hatch shows
-          const k = 4 * Math.max(0, Math.min(255, Math.round((255 * (v - spec.zmin)) / span)));
+          const k = colourAt(v);
           const o = 4 * (p * cols + g);
           image.data[o] = colours[k];
           image.data[o + 1] = colours[k + 1];
@@ -383,11 +382,15 @@
       paintFaults(ctx, faultCells());
     }
 
+    /* Where value ``v``'s colour starts in the scale's colour table (colourTable). */
+    function colourAt(v) {
+      return 4 * Math.max(0, Math.min(255, Math.round((255 * (v - spec.zmin)) / (spec.zmax - spec.zmin))));
+    }
+
     /* Rows tall enough to read: each cell's text (in a colour that contrasts with the cell),
      * and lines of the panel's colour between the cells. */
     function paintRoomy(ctx, colours) {
       const n = model.names.length, cols = model.cols, geo = geometry;
-      const span = spec.zmax - spec.zmin;
       ctx.font = CELL_FONT;
       ctx.textAlign = "center";
       ctx.textBaseline = "middle";
@@ -396,7 +399,7 @@
           const text = cellText[p][g];
           if (!text) continue;
           const v = z[p][g];
-          const k = v === null ? -1 : 4 * Math.max(0, Math.min(255, Math.round((255 * (v - spec.zmin)) / span)));
+          const k = v === null ? -1 : colourAt(v);
           ctx.fillStyle = k < 0 ? theme.ink : inkOn(colours[k], colours[k + 1], colours[k + 2]);
           const lines = text.split("\n");
           const x = (g + 0.5) * geo.colPx, y = (p + 0.5) * geo.rowPx - ((lines.length - 1) * CELL_LINE_PX) / 2;
@@ -435,8 +438,7 @@
         canvas: F.element("canvas", "heat-cells"),
         pixels: document.createElement("canvas"),
       };
-      const corner = F.element("div", "heat-corner");
-      els.heatmap.replaceChildren(corner, parts.cols, parts.rows, parts.canvas);
+      els.heatmap.replaceChildren(parts.cols, parts.rows, parts.canvas);
       return parts;
     }
 
