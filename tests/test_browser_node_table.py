@@ -1,18 +1,21 @@
 """The overview's node table on a fleet of more nodes than it makes rows in one animation
-frame (static/gpulse/table.js): its first rows come a few a frame and end whole, and rows
+frame and than it shows (static/gpulse/table.js): its first rows come a few a frame and end
+whole, the first 100 in the chosen order, sorting or the filter reach the others, and rows
 sorted by a column that changes every second follow it while keeping their cells."""
 
 import pytest
 
 from devtools.redis_server import free_port
-from devtools.stack import Stack
+from devtools.stack import Stack, sim_node_names
 from tests.browser import logged_in_page
 from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
 
 pytestmark = pytest.mark.browser
 
-NODES = 90  # over table.js's NEW_ROWS_A_FRAME (40), under TABLE_MAX_ROWS (100)
+NODES = 110  # over table.js's NEW_ROWS_A_FRAME (40) and its TABLE_MAX_ROWS (100)
 ROWS_A_FRAME = 40
+SHOWN = 100
+UNDER_100 = "sim-0"  # a filter that 99 of the fleet's nodes match (sim-001 to sim-099)
 
 # The rows in the table at each animation frame, from before the page's own scripts run.
 COUNT_ROWS = """(() => {
@@ -55,7 +58,7 @@ def fleet_page(chromium, fleet):
 
 def open_overview(page, fleet):
     page.goto(fleet.url.rstrip("/") + "/")
-    page.wait_for_function(f"() => document.querySelectorAll('#node-table tbody tr').length === {NODES}")
+    page.wait_for_function(f"() => document.querySelectorAll('#node-table tbody tr').length === {SHOWN}")
 
 
 def test_the_first_rows_are_made_a_few_an_animation_frame_and_end_whole_in_order(fleet_page, fleet):
@@ -64,14 +67,26 @@ def test_the_first_rows_are_made_a_few_an_animation_frame_and_end_whole_in_order
     counts = fleet_page.evaluate("() => window.rowCounts.slice()")
     added = [after - before for before, after in zip(counts, counts[1:], strict=False) if after != before]
     assert max(added) <= ROWS_A_FRAME, counts
-    assert len(added) >= 3, counts  # 40, 40, then 10: in three frames at least
-    assert fleet_page.locator("#node-count").text_content() == f"{NODES} nodes"
-    names = fleet_page.evaluate(NAMES)
-    assert names == sorted(names) and len(set(names)) == NODES
+    assert len(added) >= 3, counts  # 40, 40, then 20: in three frames at least
+    assert fleet_page.locator("#node-count").text_content() == (
+        f"{NODES} nodes, first {SHOWN} shown: sort or filter to see others")
+    assert fleet_page.evaluate(NAMES) == sim_node_names(NODES)[:SHOWN]
+
+
+def test_past_the_first_100_rows_sorting_or_the_filter_reach_every_node(fleet_page, fleet):
+    open_overview(fleet_page, fleet)
+    fleet_page.click('#node-table th[data-key="name"]')  # name was ascending: now descending
+    fleet_page.wait_for_function("() => document.querySelector('#node-table tbody tr').dataset.node === 'sim-110'")
+    assert fleet_page.evaluate(NAMES) == sim_node_names(NODES)[::-1][:SHOWN]
+    fleet_page.fill("#node-filter", "sim-105")
+    fleet_page.wait_for_function(f"() => ({NAMES})().join() === 'sim-105'")
+    assert fleet_page.locator("#node-count").text_content() == f"1 of {NODES} nodes"
 
 
 def test_rows_sorted_by_a_changing_column_follow_it_and_keep_their_cells(fleet_page, fleet):
     open_overview(fleet_page, fleet)
+    fleet_page.fill("#node-filter", UNDER_100)  # every match shown: no row comes or goes as the order changes
+    fleet_page.wait_for_function(f"() => ({NAMES})().length === {SHOWN - 1}")
     fleet_page.click('#node-table th[data-key="util"]')
     assert fleet_page.get_attribute('#node-table th[data-key="util"]', "aria-sort") == "descending"
     fleet_page.evaluate(MARK_CELLS)
@@ -86,4 +101,4 @@ def test_rows_sorted_by_a_changing_column_follow_it_and_keep_their_cells(fleet_p
     last = fleet_page.evaluate(UTILS)
     assert first != last
     # The age and utilization cells took their new text in place: still the cells marked.
-    assert fleet_page.evaluate(KEPT_CELLS) == [[True, True]] * NODES
+    assert fleet_page.evaluate(KEPT_CELLS) == [[True, True]] * (SHOWN - 1)
