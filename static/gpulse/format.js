@@ -127,6 +127,11 @@
     },
   };
 
+  /* "#rrggbb" as [r, g, b]. */
+  function rgb(hex) {
+    return [1, 3, 5].map(function (k) { return parseInt(hex.slice(k, k + 2), 16); });
+  }
+
   /* A new element with a class and text (textContent: a node's strings are never parsed as HTML). */
   function element(tag, className, text) {
     const el = document.createElement(tag);
@@ -138,6 +143,7 @@
   window.GpulseFormat = {
     isNum: isNum,
     element: element,
+    rgb: rgb,
     numberOrNaN: numberOrNaN,
     numberOrNull: numberOrNull,
     fixed: fixed,

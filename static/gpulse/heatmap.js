@@ -65,7 +65,7 @@
     let table = colourTables.get(scale);
     if (table) return table;
     table = new Uint8ClampedArray(256 * 4);
-    const stops = scale.map(function (stop) { return [stop[0], rgb(stop[1])]; });
+    const stops = scale.map(function (stop) { return [stop[0], F.rgb(stop[1])]; });
     for (let k = 0; k < 256; k++) {
       const t = k / 255;
       let s = 0;
@@ -79,11 +79,6 @@
     return table;
   }
 
-  /* "#rrggbb" as [r, g, b]. */
-  function rgb(hex) {
-    return [1, 3, 5].map(function (k) { return parseInt(hex.slice(k, k + 2), 16); });
-  }
-
   /* WCAG relative luminance of an sRGB colour. */
   function luminance(r, g, b) {
     const lin = function (c) {
@@ -93,7 +88,7 @@
     return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
   }
 
-  const DARK_INK_LUMINANCE = luminance.apply(null, rgb(DARK_INK));
+  const DARK_INK_LUMINANCE = luminance.apply(null, F.rgb(DARK_INK));
 
   /* Dark or white text, whichever contrasts more with the cell's colour. */
   function inkOn(r, g, b) {

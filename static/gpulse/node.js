@@ -551,8 +551,7 @@
   }
 
   function alpha(hex, a) {
-    const n = parseInt(hex.slice(1), 16);
-    return "rgba(" + (n >> 16) + "," + ((n >> 8) & 255) + "," + (n & 255) + "," + a + ")";
+    return "rgba(" + L.rgb(hex).join(",") + "," + a + ")";
   }
 
   function renderHistory(history) {
