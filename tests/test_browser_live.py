@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from collectors.probe import publish_probe
+from devtools.loadtest.browser import VIEWPORT
 from gpulse.keys import Keys
 from tests.browser import CELL_COLOUR, CELL_POSITION, HATCH_COLOURS, HEATMAP, OVERVIEW_DRAWN, log_in
 from tests.fixtures_system import ADMIN_PASSWORD, ADMIN_USER
@@ -257,6 +258,42 @@ def test_the_overview_warns_when_frames_stop(admin_page, running_system):
     finally:
         os.kill(ingest.pid, signal.SIGCONT)
     admin_page.wait_for_selector("#frame-age:not(.late)", timeout=10_000)
+
+
+# The heatmap's canvas as painted: its pixel width against its CSS width, and the colour near a cell's corner.
+CANVAS = """([row, gpu]) => {
+  const canvas = document.querySelector("#heatmap .heat-cells");
+  return {width: canvas.width, expected: Math.round(canvas.clientWidth * devicePixelRatio),
+          colour: (CELL_COLOUR)([row, gpu])};
+}""".replace("CELL_COLOUR", CELL_COLOUR)
+
+
+def between(colour: str, a: str, b: str) -> bool:
+    """Whether ``colour`` lies between ``a`` and ``b`` in each channel ("#rrggbb"): one of them, or a blend."""
+    channels = [[int(c[k:k + 2], 16) for k in (1, 3, 5)] for c in (colour, a, b)]
+    return all(min(x, y) <= v <= max(x, y) for v, x, y in zip(*channels, strict=True))
+
+
+def test_the_heatmap_paints_again_for_a_new_theme_and_a_new_width(admin_page, running_system):
+    """The canvas is painted by script, not styled: it follows the dark theme's no-data greys
+    (gpulse.css --nodata, --nodata-stripe) and the panel's width when either changes."""
+    faults, key = running_system.redis(), Keys().simulator_faults
+    open_overview(admin_page, running_system)
+    try:
+        faults.hset(key, "sim-02/3", "lost")
+        wait_for_heatmap(admin_page, "h.text[1][3] === 'LOST'")
+        assert admin_page.evaluate(CANVAS, [1, 3])["colour"] in HATCH_COLOURS
+        admin_page.emulate_media(color_scheme="dark")
+        admin_page.wait_for_function(f"() => !{sorted(HATCH_COLOURS)}.includes(({CANVAS})([1, 3]).colour)")
+        assert between(admin_page.evaluate(CANVAS, [1, 3])["colour"], "#3a424c", "#56606b")
+        admin_page.set_viewport_size({"width": 900, "height": 900})
+        admin_page.wait_for_function(f"() => {{ const c = ({CANVAS})([1, 3]); return c.width === c.expected; }}")
+        assert between(admin_page.evaluate(CANVAS, [1, 3])["colour"], "#3a424c", "#56606b")
+        assert admin_page.evaluate(CANVAS, [1, 2])["colour"] not in HATCH_COLOURS
+    finally:
+        admin_page.emulate_media(color_scheme="light")
+        admin_page.set_viewport_size(VIEWPORT)
+        faults.delete(key)
 
 
 def test_lost_gpus_and_dead_nodes_are_marked_never_shown_as_current(admin_page, running_system, tmp_path):
