@@ -6,7 +6,9 @@ It starts the real pipeline with a simulated fleet sampled at 1 Hz (the load
 test's LoadSystem: Redis, web, ingest, collectors), logs Chromium in, and runs
 each scenario for --seconds on a page of its own while a PerformanceObserver
 records the page's long tasks: main-thread tasks over 50 ms, when the page
-cannot answer a click or a key. The target is none at all.
+cannot answer a click or a key. The target is none at all. Those milliseconds
+are the machine's: machine_ms, a fixed script timed first in the same browser,
+says how fast it was, so runs on two machines can be compared.
 
 The observer is an init script: the browser runs it in every document before
 the page's own scripts, and the page's Content-Security-Policy does not apply
@@ -49,6 +51,18 @@ NOW = "() => performance.now()"
 TASKS = """([since, until]) => window.gpulseLongTasks
   .filter((t) => t.start >= since && t.start < (until ?? Infinity)).map((t) => t.ms)"""
 REFUSED = "() => window.gpulseCspViolations.slice()"
+# A fixed script, timed in a blank page of the same Chromium before the scenarios: the machine's speed, so
+# that runs on different machines compare (long tasks are milliseconds of this machine; the same tree gave
+# none on one and several on a machine that ran this script twice as slowly). Its result is used, so V8
+# cannot drop the loops.
+MACHINE_SPEED = """() => {
+  const start = performance.now();
+  let sum = 0;
+  for (let i = 0; i < 5e7; i++) sum += i % 7;
+  const rows = [];
+  for (let i = 0; i < 5e5; i++) rows.push({ x: i, label: String(i) });
+  return [performance.now() - start, sum + rows.length];
+}"""
 # The overview has drawn every node and taken a few deltas since: its steady state.
 OVERVIEW_READY = """(nodes) => window.gpulse && window.gpulse.frames >= 3 &&
   document.getElementById("node-count").textContent.startsWith(nodes + " nodes")"""
@@ -112,7 +126,7 @@ class Bench:
         x, y = box["x"] + 0.6 * box["width"], box["y"] + min(120, 0.6 * box["height"])
         page.mouse.move(x, y)
         page.wait_for_selector("#heat-tooltip:not([hidden])")
-        # A hand on the mouse is never quite still: each small move runs Plotly's hover and the tooltip.
+        # A hand on the mouse is never quite still: each small move runs the heatmap's hover and the tooltip.
         end = time.monotonic() + self.seconds
         step = 0
         while time.monotonic() < end:
@@ -183,6 +197,14 @@ def summarise(durations: list[float]) -> dict:
     }
 
 
+def machine_ms(context: "BrowserContext") -> float:
+    """The median of three timings of MACHINE_SPEED in a blank page (ms)."""
+    page = context.new_page()
+    timings = [page.evaluate(MACHINE_SPEED)[0] for _ in range(3)]
+    page.close()
+    return round(float(np.median(timings)))
+
+
 def run(nodes: int, gpus_per_node: int, seconds: float, say: Callable[[str], None]) -> dict:
     # Imported here: the module's help and import must not need Playwright.
     from playwright.sync_api import sync_playwright
@@ -201,6 +223,7 @@ def run(nodes: int, gpus_per_node: int, seconds: float, say: Callable[[str], Non
                 context = browser.new_context(viewport=VIEWPORT)
                 context.add_cookies([{"name": "sessionid", "value": session, "url": system.url}])
                 context.add_init_script(OBSERVE)
+                speed = machine_ms(context)
                 bench = Bench(context, system.url, nodes, seconds)
                 for scenario in bench.scenarios():
                     found.update(scenario())
@@ -217,6 +240,7 @@ def run(nodes: int, gpus_per_node: int, seconds: float, say: Callable[[str], Non
     return {
         "nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": nodes * gpus_per_node, "seconds": seconds,
         "target_ms": TARGET_MS,
+        "machine_ms": speed,
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
         "scenarios": {name: summarise(durations) for name, durations in found.items()},
         "csp_violations": refused,
@@ -226,7 +250,8 @@ def run(nodes: int, gpus_per_node: int, seconds: float, say: Callable[[str], Non
 def table(result: dict) -> str:
     lines = [
         f"{result['gpus']} GPUs ({result['nodes']} x {result['gpus_per_node']}), {result['seconds']:g} s a scenario, "
-        f"load average before {result['load_average']['before'][0]}, after {result['load_average']['after'][0]}",
+        f"load average before {result['load_average']['before'][0]}, after {result['load_average']['after'][0]}, "
+        f"machine {result['machine_ms']} ms (a fixed script; lower is faster)",
         f"{'scenario':<26} {'long tasks':>10} {'max ms':>7} {'p95 ms':>7}  none > {result['target_ms']:g} ms",
     ]
     for name, s in result["scenarios"].items():
