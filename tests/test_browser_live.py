@@ -172,6 +172,7 @@ def test_the_node_page_charts_every_gpu_live(admin_page, running_system):
     admin_page.click(".range-picker a[data-since='6h']")
     admin_page.wait_for_url("**/nodes/sim-02/?since=6h")
     assert admin_page.get_attribute(".range-picker a.active", "data-since") == "6h"
+    admin_page.locator("#hist-util").scroll_into_view_if_needed()  # charts far off the screen wait (node.js)
     admin_page.wait_for_function("() => document.getElementById('hist-util').data !== undefined")
 
 
@@ -218,6 +219,26 @@ def test_a_live_charts_first_drawing_takes_four_frames_and_ends_whole(browser_pa
     # As one drawing would leave it: every GPU's line, and the section's legend has every GPU.
     assert browser_page.locator("#live-util .scatterlayer .trace").count() == 8
     assert browser_page.locator("#live-legend .legend-item").all_text_contents() == [f"GPU {g}" for g in range(8)]
+
+
+HISTORY_DRAWN = """() => ["hist-util", "hist-mem", "hist-temp", "hist-power"].map(
+  id => document.getElementById(id).data !== undefined)"""
+
+
+def test_the_history_charts_far_below_the_screen_are_drawn_once_scrolled_near(admin_page, running_system):
+    """The node page draws only the charts within a screen's height of the screen, as Grafana draws only the
+    panels in view: the history charts, below the tables, took 13-61 ms a drawing as the page loaded (issue 18)."""
+    admin_page.goto(running_system.base_url + "/nodes/sim-02/")
+    # The history has come (its range fills the inputs as it is drawn) and the live charts are drawn.
+    admin_page.wait_for_function("() => document.getElementById('range-since').value !== ''")
+    admin_page.wait_for_function(f"() => ({LIVE_CHARTS})().every(c => c && c.length === 8)")
+    below = admin_page.evaluate("() => document.getElementById('hist-util').getBoundingClientRect().top - innerHeight")
+    assert below > VIEWPORT["height"], "the history charts are more than a screen below it"
+    admin_page.wait_for_timeout(1500)  # turns enough for every waiting chart
+    assert admin_page.evaluate(HISTORY_DRAWN) == [False] * 4
+
+    admin_page.locator("#hist-power").scroll_into_view_if_needed()
+    admin_page.wait_for_function(f"() => ({HISTORY_DRAWN})().every(Boolean)")
 
 
 # Per live chart, which of its lines are shown.
@@ -404,6 +425,8 @@ def test_the_node_page_charts_its_bandwidth_probes(admin_page, running_system):
     publish_probe(client, keys, probe_record("sim-01", now - 400, None, "timed_out", "no result within 120 s"))
     publish_probe(client, keys, probe_record("sim-01", now - 180, 11.25))
     admin_page.reload()
+    admin_page.wait_for_selector("#probe-chart:not([hidden])")
+    admin_page.locator("#probe-chart").scroll_into_view_if_needed()  # charts far off the screen wait (node.js)
     admin_page.wait_for_function(f"() => ({PROBE_CHART})() !== null")
     ok, failed = admin_page.evaluate(PROBE_CHART)
     assert ok["y"] == [12.5, 11.25] and ok["text"] == ["gloo, 2 ranks"] * 2

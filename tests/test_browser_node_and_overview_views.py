@@ -74,6 +74,7 @@ def test_the_node_page_lists_its_firing_alert_marks_the_gpu_and_draws_the_thresh
         assert marked.locator("td").first.text_content() == "2 ALERT"
 
         for chart in ("live-temp", "hist-temp"):
+            page.locator(f"#{chart}").scroll_into_view_if_needed()  # charts far off the screen wait (node.js)
             page.wait_for_function(f"() => ({SHAPES})('{chart}') !== null")
             shapes = page.evaluate(SHAPES, chart)  # the default rules' lines are there too
             assert {"y": 1, "dash": "dash", "label": "node page &lt;b&gt;hot&lt;/b&gt; (&gt; 1), GPU 2"} in shapes
@@ -102,7 +103,9 @@ def test_a_custom_range_comes_back_from_the_url_empty_and_zoom_resets(admin_page
     assert page.locator(".range-picker a.active").count() == 0
 
     for _ in range(2):  # as opened, then reloaded
-        # The page draws one chart an animation frame (node.js inTurn): wait for the last history chart.
+        # The page draws one chart an animation frame, those near the screen (node.js inTurn): wait for the
+        # last history chart.
+        page.locator("#hist-power").scroll_into_view_if_needed()
         page.wait_for_function(f"() => ({EMPTY_STATE})('hist-power') !== null && ({EMPTY_STATE})('hist-power').length")
         for chart in ("hist-util", "hist-mem", "hist-temp", "hist-power"):
             assert page.evaluate(EMPTY_STATE, chart) == ["No history in this range yet"]

@@ -55,10 +55,13 @@ def watched_page(admin_page):
     return admin_page
 
 
-def open_checked(page, url: str, ready: str) -> None:
-    """Open ``url``, keep its Content-Security-Policy header, and wait for ``ready`` (JS)."""
+def open_checked(page, url: str, ready: str, scroll_to: str | None = None) -> None:
+    """Open ``url``, keep its Content-Security-Policy header, scroll to ``scroll_to`` (a selector; the node
+    page draws only the charts near the screen) and wait for ``ready`` (JS)."""
     response = page.goto(url)
     page.policy = response.headers.get("content-security-policy", "")
+    if scroll_to:
+        page.locator(scroll_to).scroll_into_view_if_needed()
     page.wait_for_function("() => " + ready)
     page.wait_for_timeout(1500)  # let timers, hovers and a few frames run
 
@@ -104,7 +107,8 @@ def test_hostile_node_values_run_nothing_on_the_node_page(watched_page, running_
         assert_nothing_ran(watched_page)
         open_checked(watched_page, f"{running_system.base_url}/nodes/sim-02/",
                      "document.getElementById('probe-chart').data"
-                     " && document.getElementById('probe-chart').data.length > 0")
+                     " && document.getElementById('probe-chart').data.length > 0",
+                     scroll_to="#probe-chart:not([hidden])")
         assert_nothing_ran(watched_page)
     finally:
         client.delete(keys.node(PAGE_NODE), keys.probe_history(PAGE_NODE))

@@ -251,24 +251,49 @@
    * whole page: four charts drawn in one task held the page for 50–120 ms every second, and
    * the live, history and probe charts asking at once (as the page loads) put two or three in
    * one frame (issue 18). A newer drawing of a chart replaces its waiting one, in its place.
-   * The first turn waits for Plotly, which loads in stages, a task each (vendor/plotly/index.js). */
+   * Only charts near the screen are drawn, as Grafana draws only the panels in view: a chart
+   * further than a screen's height away keeps its latest drawing waiting until it is scrolled
+   * near. The history charts, below the tables, cost 13–61 ms a drawing on a slow 2-core machine
+   * as the page loads (docs/PERFORMANCE.md). The first turn waits for Plotly, which loads in
+   * stages, a task each (vendor/plotly/index.js). */
   const turns = new Map(); // chart id -> its waiting job, in the order asked
+  const near = new Set(); // ids of the charts within a screen's height of it
   let turnQueued = false;
+
+  const nearScreen = new IntersectionObserver(function (entries) {
+    entries.forEach(function (entry) {
+      if (entry.isIntersecting) near.add(entry.target.id);
+      else near.delete(entry.target.id);
+    });
+    queueTurn();
+  }, { rootMargin: "100% 0px" });
+  LIVE.concat(HISTORY).forEach(function (chart) { nearScreen.observe(document.getElementById(chart.id)); });
+  nearScreen.observe(els.probeChart);
 
   function inTurn(id, job) {
     turns.set(id, job);
-    if (!turnQueued) {
-      turnQueued = true;
-      window.GpulsePlotly.then(function () { requestAnimationFrame(nextTurn); });
-    }
+    queueTurn();
+  }
+
+  /* The id of the first waiting chart near the screen, or null. */
+  function nextNear() {
+    for (const id of turns.keys()) if (near.has(id)) return id;
+    return null;
+  }
+
+  function queueTurn() {
+    if (turnQueued || nextNear() === null) return;
+    turnQueued = true;
+    window.GpulsePlotly.then(function () { requestAnimationFrame(nextTurn); });
   }
 
   function nextTurn() {
-    const id = turns.keys().next().value;
+    turnQueued = false;
+    const id = nextNear();
+    if (id === null) return; // scrolled away meanwhile
     const job = turns.get(id);
     turns.delete(id);
-    turnQueued = turns.size > 0;
-    if (turnQueued) requestAnimationFrame(nextTurn);
+    queueTurn();
     job();
   }
 
