@@ -52,9 +52,9 @@ TASKS = """([since, until]) => window.gpulseLongTasks
   .filter((t) => t.start >= since && t.start < (until ?? Infinity)).map((t) => t.ms)"""
 REFUSED = "() => window.gpulseCspViolations.slice()"
 # A fixed script, timed in a blank page of the same Chromium before the scenarios: the machine's speed, so
-# that runs on different machines compare (long tasks are milliseconds of this machine; the same tree gave
-# none on one and several on a machine that ran this script twice as slowly). Its result is used, so V8
-# cannot drop the loops.
+# that runs on different machines compare (long tasks are milliseconds of this machine: the same tree gave
+# almost none on one machine and several in every scenario on a slower one, docs/PERFORMANCE.md). Its
+# result is used, so V8 cannot drop the loops.
 MACHINE_SPEED = """() => {
   const start = performance.now();
   let sum = 0;
