@@ -33,7 +33,7 @@ OUTLINES = """(red) => {
   const drawn = document.getElementById("heatmap").gpulseDrawn, canvas = document.querySelector("#heatmap .heat-cells");
   const w = canvas.width / drawn.z[0].length, h = canvas.height / drawn.z.length;
   const near = (data, hex) => {
-    const want = [1, 3, 5].map(k => parseInt(hex.slice(k, k + 2), 16));
+    const want = window.GpulseFormat.rgb(hex);
     for (let o = 0; o < data.length; o += 4) if (want.every((c, k) => Math.abs(data[o + k] - c) <= 24)) return true;
     return false;
   };
