@@ -257,7 +257,7 @@
    * as the page loads (docs/PERFORMANCE.md). The first turn waits for Plotly, which loads in
    * stages, a task each (vendor/plotly/index.js). */
   const turns = new Map(); // chart id -> its waiting job, in the order asked
-  const near = new Set(); // ids of the charts within a screen's height of it
+  const near = new Set(); // ids of the charts within a screen's height of the screen
   let turnQueued = false;
 
   const nearScreen = new IntersectionObserver(function (entries) {
