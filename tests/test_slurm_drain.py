@@ -1,10 +1,13 @@
 """Drain rules end to end: evaluate() → drain record → real Celery scheduler worker → real scontrol → real slurmctld."""
 
 import os
+import threading
 import time
 from datetime import timedelta
 
 import pytest
+from django.db import connections
+from django.db.models.signals import pre_save
 from django.utils import timezone
 
 from dashboard.accounts.models import AuditEvent
@@ -281,3 +284,39 @@ def test_the_scheduler_worker_process_runs_the_sweeper(drain_on, redis_client, t
         wait_for(log.read_text, lambda text: "drain sweeper started" in text, timeout=10)
     finally:
         stop_workers([process])
+
+
+def test_an_outcome_and_its_audit_row_are_committed_together(drain_on, drain_rule, slurm_cluster, settings):
+    """Another connection never sees a record's new state without its audit row (nor the reverse)."""
+    seen_as_each_audit_row_is_written = []
+
+    def read_from_another_connection(sender, instance, **kwargs):
+        def read():
+            try:
+                seen_as_each_audit_row_is_written.append((instance.action, record_state(), audit_actions()))
+            finally:
+                connections.close_all()
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join()
+
+    pre_save.connect(read_from_another_connection, sender=AuditEvent, weak=False)
+    try:
+        evaluator = AlertEvaluator(enqueue=lambda ids: None)
+        fire(evaluator)  # no worker: the test runs the tasks itself
+        assert tasks.drain(DrainRecord.objects.get().pk) == "drained"
+        resolve(evaluator)
+        long_ago = timezone.now() - timedelta(seconds=drain_rule.resume_after + 1)
+        DrainRecord.objects.update(drained_at=long_ago)
+        Alert.objects.update(resolved_at=long_ago)
+        settings.GPULSE_SCONTROL = "/nonexistent/scontrol"
+        settings.GPULSE_DRAIN_MAX_ATTEMPTS = 1
+        assert tasks.resume(NODE) == "failed"
+    finally:
+        pre_save.disconnect(read_from_another_connection, sender=AuditEvent)
+    assert seen_as_each_audit_row_is_written == [
+        ("node.drain", ["pending"], []),
+        ("node.resume_failed", ["drained"], ["node.drain"]),
+    ]
+    assert (record_state(), audit_actions()) == (["failed"], ["node.drain", "node.resume_failed"])

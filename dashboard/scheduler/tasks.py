@@ -4,8 +4,8 @@ They run on their own queue and worker (``celery -Q scheduler``): scontrol
 may wait on a slurmctld that does not answer, and that must hold no ingest
 tick, webhook or benchmark. Each task claims its records (compare-and-set on
 ``DrainRecord.claim``) before it calls scontrol, so a retried or duplicated
-message drains nothing twice, and every outcome is a record state, an audit
-row and a log line; no task raises for a Slurm problem.
+message drains nothing twice, and every outcome is a record state and an audit
+row (committed together) and a log line; no task raises for a Slurm problem.
 
 gpulse resumes only what it drained: a node with no ``drained`` record, or
 whose Slurm reason no longer starts with "gpulse:" (a person drained it
@@ -18,6 +18,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
@@ -49,10 +50,6 @@ def _stale_claim() -> Q:
     return Q(claim="") | Q(claimed_at__lt=cutoff)
 
 
-def _record_audit(action: str, record: DrainRecord, **detail) -> None:
-    audit(None, action, record.node, actor=ACTOR, rule=record.rule_name, record=record.pk, **detail)
-
-
 @app.task(name="gpulse.scheduler.drain", queue=SCHEDULER_QUEUE, ignore_result=True)
 def drain(record_id: int) -> str:
     """Claim a pending record and drain its node; queue another try on a temporary failure."""
@@ -71,24 +68,23 @@ def drain(record_id: int) -> str:
         if node.drained and not node.drained_by_gpulse:
             _finish(record, DrainRecord.SKIPPED_BY_PERSON,
                     f"already drained outside gpulse, by a person or Slurm (Slurm reason {node.reason!r}): "
-                    "gpulse left it as it was")
-            _record_audit("node.drain_skipped", record, slurm_reason=node.reason)
+                    "gpulse left it as it was",
+                    audited=("node.drain_skipped", {"slurm_reason": node.reason}))
             return record.state
         slurm.drain(record.node, record.reason)
     except slurm.SlurmError as exc:
         return _drain_failed(record, exc)
-    _finish(record, DrainRecord.DRAINED, "", drained_at=timezone.now())
+    _finish(record, DrainRecord.DRAINED, "", audited=("node.drain", {"reason": record.reason}),
+            drained_at=timezone.now())
     log.info("drained %s in Slurm: %s", record.node, record.reason)
-    _record_audit("node.drain", record, reason=record.reason)
     return record.state
 
 
 def _drain_failed(record: DrainRecord, exc: slurm.SlurmError) -> str:
     if exc.permanent or record.attempts >= settings.GPULSE_DRAIN_MAX_ATTEMPTS:
         message = f"not drained after {record.attempts} attempt(s): {exc.message}"
-        _finish(record, DrainRecord.FAILED, message)
+        _finish(record, DrainRecord.FAILED, message, audited=("node.drain_failed", {"error": message}))
         log.error("could not drain %s: %s", record.node, message)
-        _record_audit("node.drain_failed", record, error=message)
         return record.state
     wait = backoff(record.attempts)
     message = f"attempt {record.attempts} failed, trying again in {wait:.0f} s: {exc.message}"
@@ -98,10 +94,16 @@ def _drain_failed(record: DrainRecord, exc: slurm.SlurmError) -> str:
     return "retry"
 
 
-def _finish(record: DrainRecord, state: str, error: str, **fields) -> None:
-    """Set the record's outcome and let go of its claim."""
+def _finish(record: DrainRecord, state: str, error: str, audited: tuple[str, dict] | None = None,
+            **fields) -> None:
+    """Set the record's outcome and let go of its claim; write the outcome's audit row (action, detail),
+    if any, in the same transaction, so no reader sees the one without the other."""
     fields.update(state=state, error=error[:500], claim="", claimed_at=None)
-    DrainRecord.objects.filter(id=record.pk, claim=record.claim).update(updated=timezone.now(), **fields)
+    with transaction.atomic():
+        DrainRecord.objects.filter(id=record.pk, claim=record.claim).update(updated=timezone.now(), **fields)
+        if audited is not None:
+            action, detail = audited
+            audit(None, action, record.node, actor=ACTOR, rule=record.rule_name, record=record.pk, **detail)
     for name, value in fields.items():
         setattr(record, name, value)
 
@@ -157,8 +159,7 @@ def resume(node: str, number: int = 1) -> str:
         return _resume_failed(node, records, exc, number)
     now = timezone.now()
     for record in records:
-        _finish(record, DrainRecord.RESUMED, "", resumed_at=now)
-        _record_audit("node.resume", record)
+        _finish(record, DrainRecord.RESUMED, "", audited=("node.resume", {}), resumed_at=now)
     log.info("resumed %s in Slurm: its drain alerts stayed resolved", node)
     return DrainRecord.RESUMED
 
@@ -169,8 +170,8 @@ def _hands_off(records: list[DrainRecord], state: slurm.NodeState) -> str:
     else:
         message = f"a person already resumed it (Slurm state {state.state}): nothing for gpulse to do"
     for record in records:
-        _finish(record, DrainRecord.SKIPPED_BY_PERSON, message)
-        _record_audit("node.resume_skipped", record, slurm_state=state.state, slurm_reason=state.reason)
+        _finish(record, DrainRecord.SKIPPED_BY_PERSON, message,
+                audited=("node.resume_skipped", {"slurm_state": state.state, "slurm_reason": state.reason}))
     log.info("not resuming %s: %s", state.name, message)
     return DrainRecord.SKIPPED_BY_PERSON
 
@@ -180,8 +181,7 @@ def _resume_failed(node: str, records: list[DrainRecord], exc: slurm.SlurmError,
         message = (f"not resumed after {number} attempt(s): {exc.message}; the node stays drained until "
                    f"someone runs: scontrol update NodeName={node} State=RESUME")
         for record in records:
-            _finish(record, DrainRecord.FAILED, message)
-            _record_audit("node.resume_failed", record, error=message)
+            _finish(record, DrainRecord.FAILED, message, audited=("node.resume_failed", {"error": message}))
         log.error("could not resume %s: %s", node, exc.message)
         return DrainRecord.FAILED
     wait = backoff(number)
