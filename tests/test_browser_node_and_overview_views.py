@@ -188,3 +188,13 @@ def test_problems_first_puts_a_lost_gpus_node_on_top_with_its_cell_outlined(admi
     finally:
         faults.delete(key)
     page.wait_for_function("() => document.getElementById('heatmap').gpulseDrawn.faults.x.length === 0", timeout=15_000)
+
+
+def test_node_names_sort_as_people_read_them(admin_page, running_system):
+    """Digits by their number (sim-2 before sim-10, sim-002 beside sim-2), letters case aside."""
+    admin_page.goto(running_system.base_url + "/")
+    names = ["sim-10", "sim-2", "SIM-3", "sim-002b", "gpu-B", "gpu-a", "gpu", "a10b2", "a10b10", "a9", "rack1-n20",
+             "rack1-n3", "rack10-n1", "x"]
+    assert admin_page.evaluate("names => names.slice().sort(window.GpulseFormat.compareNames)", names) == [
+        "a9", "a10b2", "a10b10", "gpu", "gpu-a", "gpu-B", "rack1-n3", "rack1-n20", "rack10-n1", "sim-2", "sim-002b",
+        "SIM-3", "sim-10", "x"]

@@ -74,6 +74,8 @@ def test_the_overview_shows_the_gpus_allocated_but_idle_and_their_cost(admin_pag
         admin_page.goto(running_system.base_url + "/")
         admin_page.wait_for_function("() => document.getElementById('kpi-idle').textContent === '3 GPUs'")
         assert admin_page.text_content("#kpi-idle-cost") == "$1,234.50/h"
+        assert admin_page.evaluate("() => [0, 0.5, 999.999, 1234567.891].map(v => window.GpulseFormat.usd(v))") == [
+            "$0.00", "$0.50", "$1,000.00", "$1,234,567.89"]
         assert "status-stale" in admin_page.get_attribute("#kpi-idle", "class")
     with admin_page.expect_navigation():
         admin_page.click("#kpi-idle")
