@@ -1,6 +1,7 @@
 """Long tasks in headless Chromium on gpulse's pages at 2,000 GPUs (issue 18).
 
-    .venv/bin/python -m devtools.bench_browser_longtasks [--nodes 250] [--gpus-per-node 8] [--seconds 20] [--json]
+    .venv/bin/python -m devtools.bench_browser_longtasks [--nodes 250] [--gpus-per-node 8] [--seconds 20]
+        [--cpu-slowdown 1] [--json]
 
 It starts the real pipeline with a simulated fleet sampled at 1 Hz (the load
 test's LoadSystem: Redis, web, ingest, collectors), logs Chromium in, and runs
@@ -8,7 +9,9 @@ each scenario for --seconds on a page of its own while a PerformanceObserver
 records the page's long tasks: main-thread tasks over 50 ms, when the page
 cannot answer a click or a key. The target is none at all. Those milliseconds
 are the machine's: machine_ms, a fixed script timed first in the same browser,
-says how fast it was, so runs on two machines can be compared.
+says how fast it was, so runs on two machines can be compared. --cpu-slowdown N
+runs the pages N times slower (Chromium's CPU throttling, as DevTools offers):
+how much room is left under the target, on a machine too fast to show it.
 
 The observer is an init script: the browser runs it in every document before
 the page's own scripts, and the page's Content-Security-Policy does not apply
@@ -71,17 +74,22 @@ OVERVIEW_READY = """(nodes) => window.gpulse && window.gpulse.frames >= 3 &&
 class Bench:
     """One logged-in browser context on the running system; each scenario opens pages in it."""
 
-    def __init__(self, context: "BrowserContext", url: str, nodes: int, seconds: float):
+    def __init__(self, context: "BrowserContext", url: str, nodes: int, seconds: float, cpu_slowdown: float = 1.0):
         self.context = context
         self.url = url
         self.nodes = nodes
         self.seconds = seconds
+        self.cpu_slowdown = cpu_slowdown
         self.node_name = ""  # a node of the fleet, read from the overview's table
         self.refused: list[str] = []
 
     def open(self, path: str) -> "Page":
         page = self.context.new_page()
         page.set_default_timeout(60_000)
+        if self.cpu_slowdown != 1:
+            # The throttling holds while this session is attached: it lives as long as the page.
+            session = self.context.new_cdp_session(page)
+            session.send("Emulation.setCPUThrottlingRate", {"rate": self.cpu_slowdown})
         page.goto(self.url + path)
         if page.evaluate("() => window.gpulseLongTasks === undefined"):
             raise RuntimeError(f"the long-task observer did not run on {path}")
@@ -197,15 +205,17 @@ def summarise(durations: list[float]) -> dict:
     }
 
 
-def machine_ms(context: "BrowserContext") -> float:
-    """The median of three timings of MACHINE_SPEED in a blank page (ms)."""
+def machine_ms(context: "BrowserContext", cpu_slowdown: float = 1.0) -> float:
+    """The median of three timings of MACHINE_SPEED in a blank page (ms), run ``cpu_slowdown`` times slower."""
     page = context.new_page()
+    if cpu_slowdown != 1:
+        context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": cpu_slowdown})
     timings = [page.evaluate(MACHINE_SPEED)[0] for _ in range(3)]
     page.close()
     return round(float(np.median(timings)))
 
 
-def run(nodes: int, gpus_per_node: int, seconds: float, say: Callable[[str], None]) -> dict:
+def run(nodes: int, gpus_per_node: int, seconds: float, cpu_slowdown: float, say: Callable[[str], None]) -> dict:
     # Imported here: the module's help and import must not need Playwright.
     from playwright.sync_api import sync_playwright
 
@@ -224,7 +234,8 @@ def run(nodes: int, gpus_per_node: int, seconds: float, say: Callable[[str], Non
                 context.add_cookies([{"name": "sessionid", "value": session, "url": system.url}])
                 context.add_init_script(OBSERVE)
                 speed = machine_ms(context)
-                bench = Bench(context, system.url, nodes, seconds)
+                slowed = machine_ms(context, cpu_slowdown) if cpu_slowdown != 1 else speed
+                bench = Bench(context, system.url, nodes, seconds, cpu_slowdown)
                 for scenario in bench.scenarios():
                     found.update(scenario())
                     say(f"{scenario.__name__} done")
@@ -241,6 +252,8 @@ def run(nodes: int, gpus_per_node: int, seconds: float, say: Callable[[str], Non
         "nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": nodes * gpus_per_node, "seconds": seconds,
         "target_ms": TARGET_MS,
         "machine_ms": speed,
+        "cpu_slowdown": cpu_slowdown,
+        "slowed_machine_ms": slowed,
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
         "scenarios": {name: summarise(durations) for name, durations in found.items()},
         "csp_violations": refused,
@@ -251,7 +264,8 @@ def table(result: dict) -> str:
     lines = [
         f"{result['gpus']} GPUs ({result['nodes']} x {result['gpus_per_node']}), {result['seconds']:g} s a scenario, "
         f"load average before {result['load_average']['before'][0]}, after {result['load_average']['after'][0]}, "
-        f"machine {result['machine_ms']} ms (a fixed script; lower is faster)",
+        f"machine {result['machine_ms']} ms (a fixed script; lower is faster), pages run "
+        f"{result['cpu_slowdown']:g} x slower ({result['slowed_machine_ms']} ms)",
         f"{'scenario':<26} {'long tasks':>10} {'max ms':>7} {'p95 ms':>7}  none > {result['target_ms']:g} ms",
     ]
     for name, s in result["scenarios"].items():
@@ -269,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=positive_int, default=250)
     parser.add_argument("--gpus-per-node", type=positive_int, default=8)
     parser.add_argument("--seconds", type=positive_float, default=20.0, help="how long each scenario runs")
+    parser.add_argument("--cpu-slowdown", type=positive_float, default=1.0,
+                        help="run the pages this many times slower (Chromium's CPU throttling): the room left")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     parser.add_argument("-v", "--verbosity", type=int, choices=(0, 1), default=1, help="0: no progress on stderr")
     args = parser.parse_args(argv)
@@ -280,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr, flush=True)
 
     try:
-        result = run(args.nodes, args.gpus_per_node, args.seconds, say)
+        result = run(args.nodes, args.gpus_per_node, args.seconds, args.cpu_slowdown, say)
     except RuntimeError as exc:
         print(f"bench_browser_longtasks: failed: {exc}", file=sys.stderr)
         return 1
