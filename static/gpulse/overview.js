@@ -11,6 +11,7 @@
   const F = window.GpulseFormat;
   const FRAME_LATE_S = 3;
   const TABLE_EVERY_MS = 1000;
+  const TABLE_EVERY_FRAME_UP_TO = 100; // nodes
   const TIMINGS_KEPT = 300;
   const RESYNC_EVERY_MS = 5000;
 
@@ -132,7 +133,7 @@
     window.GpulseKpis.render(model);
     const kpisDone = performance.now();
     // Small clusters get the table every frame, in step with the heatmap; big ones once a second.
-    const tableEvery = model.names.length > table.maxRows ? TABLE_EVERY_MS : 0;
+    const tableEvery = model.names.length > TABLE_EVERY_FRAME_UP_TO ? TABLE_EVERY_MS : 0;
     if (model.tableChanged || performance.now() - lastTableAt >= tableEvery) {
       // In the next animation frame: heatmap and table together made tasks over 50 ms
       // at 2,000 GPUs (issue 18), each alone stays under.

@@ -1,18 +1,21 @@
-/* The overview's node table: sortable by any column, filtered by name, the
- * first TABLE_MAX_ROWS rows in sort order (the filter finds any other node).
- * Built as DOM nodes with text, never as markup from the values nodes send;
- * each node keeps its row, and only cells whose content changed are touched.
- * Rows are made at most NEW_ROWS_A_FRAME an animation frame.
+/* The overview's node table: sortable by any column, filtered by name, every
+ * matching node in its scroll box, but only the rows in or near the box's view
+ * drawn (the table's margins stand in for the others, as Grafana's table panel
+ * does). Built as DOM nodes with text, never as markup from the values nodes
+ * send; each node keeps its row, and only cells whose content changed are
+ * touched. Rows are made at most NEW_ROWS_A_FRAME an animation frame.
  */
 (function () {
   "use strict";
 
   const F = window.GpulseFormat;
   const V = window.GpulseVerdict;
-  // Rows past the first hundred in the chosen order: a person sorts or filters to reach them (the
-  // heatmap shows every GPU). With 200, the re-sort each second by a column that changes laid out
-  // and painted some 1,000 changed cells, a task of 40-70 ms at 2,000 GPUs (issue 18).
-  const TABLE_MAX_ROWS = 100;
+  // Rows drawn above and below the box's view, so a scroll or a Tab lands on drawn rows. Only
+  // drawn rows are laid out and painted: with 100 drawn, a re-sort each second by a column that
+  // changes took 53-80 ms at 2,000 GPUs, most of it layout and paint of moved rows (issue 18).
+  const OVERSCAN = 8;
+  // Rows drawn before one has been measured: about a box's view of them.
+  const FIRST_DRAWN = 30;
   // The first 200 rows made, laid out and painted at once took one task of 60-195 ms at
   // 2,000 GPUs (issue 18): they are made this many an animation frame.
   const NEW_ROWS_A_FRAME = 40;
@@ -136,10 +139,17 @@
       ];
     }
 
-    // node name -> its row: the <tr> and the keys of its cells, kept across renders. Rows are
-    // updated in place, so the link a keyboard user is on keeps its focus while frames arrive.
+    // node name -> its row: the <tr> and the keys of its cells, kept across renders (drawn or
+    // not). Rows are updated in place, so the link a keyboard user is on keeps its focus while
+    // frames arrive.
     const rowElements = new Map();
-    let fillQueued = false; // a render in the next animation frame makes the rows this one left out
+    let renderQueued = false; // a render in the next animation frame, which makes the rows due
+    // The scroll box: where its view is, from its scroll and resize events, and the height of a
+    // drawn row, from the drawn rows' size once laid out: a render reads no layout.
+    const box = els.table.closest(".table-wrap");
+    const boxView = { top: box.scrollTop, height: box.clientHeight };
+    let rowHeight = 0; // px; 0 until rows have been drawn and laid out
+    let gapHeight = 0; // px, of the gap row while it is drawn
 
     function rowElement(name) {
       let entry = rowElements.get(name);
@@ -151,15 +161,18 @@
         const nameCell = F.element("td");
         nameCell.append(link);
         tr.append(nameCell);
-        entry = { tr: tr, keys: [] };
+        entry = { tr: tr, keys: [], rowIndex: "" };
         rowElements.set(name, entry);
       }
       return entry;
     }
 
-    function updateRow(row) {
+    /* The row of ``row``, the list's ``k``th, up to date. */
+    function updateRow(row, k) {
       const entry = rowElement(row.name);
       const tr = entry.tr;
+      const rowIndex = String(k + 2); // aria-rowindex counts from 1, the header row first
+      if (entry.rowIndex !== rowIndex) tr.setAttribute("aria-rowindex", (entry.rowIndex = rowIndex));
       const className = "row-" + row.status;
       if (tr.className !== className) tr.className = className;
       cellSpecs(row).forEach(function (spec, k) {
@@ -213,31 +226,90 @@
       }
     }
 
+    // Stands in for the rows between the focused row and the drawn ones when the box is scrolled
+    // away from it: the focused row stays drawn, so the keyboard's place is kept.
+    const gapRow = F.element("tr", "row-gap");
+    gapRow.setAttribute("aria-hidden", "true");
+    gapRow.append(F.element("td"));
+    gapRow.cells[0].colSpan = els.table.querySelectorAll("thead th").length;
+
+    function gap(rows) {
+      gapHeight = rows * rowHeight;
+      if (gapRow.style.height !== gapHeight + "px") gapRow.style.height = gapHeight + "px";
+      return gapRow;
+    }
+
+    function queueRender() {
+      if (renderQueued) return;
+      renderQueued = true;
+      requestAnimationFrame(function () {
+        renderQueued = false;
+        render();
+      });
+    }
+
+    box.addEventListener("scroll", function () {
+      boxView.top = box.scrollTop;
+      queueRender();
+    }, { passive: true });
+    // Called after layout, so reading sizes here costs no layout of its own.
+    const sized = new ResizeObserver(function () {
+      boxView.height = box.clientHeight;
+      const drawn = els.tbody.rows.length - (gapRow.isConnected ? 1 : 0);
+      const height = drawn ? (els.tbody.offsetHeight - (gapRow.isConnected ? gapHeight : 0)) / drawn : 0;
+      if (height && Math.abs(height - rowHeight) > 0.01) rowHeight = height;
+      queueRender();
+    });
+    sized.observe(box);
+    sized.observe(els.tbody);
+
+    /* The list's rows to draw, [first, last): those in the box's view and OVERSCAN either side. */
+    function drawnRange(count) {
+      if (!rowHeight) return [0, Math.min(count, FIRST_DRAWN)];
+      const size = Math.ceil(boxView.height / rowHeight) + 2 * OVERSCAN;
+      const first = Math.max(0, Math.min(Math.floor(boxView.top / rowHeight) - OVERSCAN, count - size));
+      return [first, Math.min(count, first + size)];
+    }
+
     function render() {
-      const list = tableRows();
-      const shown = Math.min(list.length, TABLE_MAX_ROWS);
-      const focused = document.activeElement;
       const tbody = els.tbody;
+      const list = tableRows();
+      const focused = document.activeElement;
+      const focusedRow = focused && tbody.contains(focused) ? focused.closest("tr[data-node]") : null;
+      const range = drawnRange(list.length);
+      // The focused row's place in the list (-1: none): drawn apart where it is outside the range.
+      const focusedAt = focusedRow ? list.findIndex(function (row) { return row.name === focusedRow.dataset.node; }) : -1;
       // At most NEW_ROWS_A_FRAME rows are made an animation frame, by the render that a frame
-      // queued for the next when one is queued: the others follow. Rows already made are all
-      // placed, so a focused one stays.
+      // queued for the next when one is queued; the drawn range ends before the first row not
+      // made yet (the bottom margin stands in for it), and the next frame goes on.
       const trs = [];
-      let canMake = fillQueued ? 0 : NEW_ROWS_A_FRAME;
-      for (let k = 0; k < shown; k++) {
+      let canMake = renderQueued ? 0 : NEW_ROWS_A_FRAME;
+      function rowAt(k) {
+        return updateRow(list[k], k);
+      }
+      const above = focusedAt >= 0 && focusedAt < range[0];
+      if (above) trs.push(rowAt(focusedAt), gap(range[0] - focusedAt - 1));
+      for (let k = range[0]; k < range[1]; k++) {
         if (!rowElements.has(list[k].name)) {
-          if (canMake === 0) continue;
+          if (canMake === 0) {
+            range[1] = k;
+            queueRender();
+            break;
+          }
           canMake -= 1;
         }
-        trs.push(updateRow(list[k]));
+        trs.push(rowAt(k));
       }
-      if (trs.length < shown && !fillQueued) {
-        fillQueued = true;
-        requestAnimationFrame(function () {
-          fillQueued = false;
-          render();
-        });
-      }
+      const below = focusedAt >= range[1];
+      if (below) trs.push(gap(focusedAt - range[1]), rowAt(focusedAt));
       placeRows(tbody, trs);
+      // The rows not drawn, as the table's margins: the box scrolls over every matching node.
+      const marginTop = (above ? focusedAt : range[0]) * rowHeight + "px";
+      const marginBottom = (list.length - (below ? focusedAt + 1 : range[1])) * rowHeight + "px";
+      if (els.table.style.marginTop !== marginTop) els.table.style.marginTop = marginTop;
+      if (els.table.style.marginBottom !== marginBottom) els.table.style.marginBottom = marginBottom;
+      const rowCount = String(list.length + 1);
+      if (els.table.getAttribute("aria-rowcount") !== rowCount) els.table.setAttribute("aria-rowcount", rowCount);
       // A forgotten node's row goes for good.
       rowElements.forEach(function (entry, name) {
         if (!model.rowOf.has(name)) rowElements.delete(name);
@@ -245,8 +317,7 @@
       // A row that moved (a new sort order) lost the focus: give it back.
       if (focused && focused !== document.activeElement && tbody.contains(focused)) focused.focus({ preventScroll: true });
       const total = model.names.length;
-      const matching = list.length === total ? total + " nodes" : list.length + " of " + total + " nodes";
-      els.nodeCount.textContent = shown < list.length ? matching + ", first " + shown + " shown: sort or filter to see others" : matching;
+      els.nodeCount.textContent = list.length === total ? total + " nodes" : list.length + " of " + total + " nodes";
     }
 
     function markSortedHeader() {
@@ -288,7 +359,7 @@
       render();
     }
 
-    return { render: render, sortBy: sortBy, maxRows: TABLE_MAX_ROWS };
+    return { render: render, sortBy: sortBy };
   }
 
   window.GpulseNodeTable = { create: create };
