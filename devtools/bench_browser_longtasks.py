@@ -51,6 +51,7 @@ class Found(TypedDict):
     tasks: list[float]
     blocking: list[float]
 
+
 # Entries keep their start, so a window reads only its own (they arrive a little after their task). A
 # frame's blockingDuration is the time its long tasks ran past 50 ms: above 0, it held one.
 OBSERVE = """(() => {
@@ -106,9 +107,8 @@ class Bench:
         page = self.context.new_page()
         page.set_default_timeout(60_000)
         if self.cpu_slowdown != 1:
-            # The throttling holds while this session is attached: it lives as long as the page.
-            session = self.context.new_cdp_session(page)
-            session.send("Emulation.setCPUThrottlingRate", {"rate": self.cpu_slowdown})
+            # Set through the page's own DevTools session, which stays attached until the page closes.
+            self.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": self.cpu_slowdown})
         page.goto(self.url + path)
         if page.evaluate("() => window.gpulseLongTasks === undefined"):
             raise RuntimeError(f"the long-task observers did not run on {path}")
