@@ -21,7 +21,7 @@ pytestmark = pytest.mark.browser
 def test_the_long_task_benchmark_runs_every_scenario_and_prints_json():
     done = subprocess.run(
         [sys.executable, "-m", "devtools.bench_browser_longtasks", "--nodes", "2", "--seconds", "2",
-         "--cpu-slowdown", "2", "--json"],
+         "--cpu-slowdown", "4", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=140,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -29,8 +29,9 @@ def test_the_long_task_benchmark_runs_every_scenario_and_prints_json():
 
     assert result["gpus"] == 16 and result["target_ms"] == 50
     assert result["machine_ms"] > 0  # the machine's speed, which the run's milliseconds depend on
-    # The pages ran slower: the same script took about twice as long in a throttled page.
-    assert result["cpu_slowdown"] == 2 and result["slowed_machine_ms"] > 1.4 * result["machine_ms"]
+    # The pages ran slower: the same script took longer in a throttled page (2-3.4 times at 3 x, here: the
+    # machine's own speed drifts between the two timings, so not the whole 4 x is asked).
+    assert result["cpu_slowdown"] == 4 and result["slowed_machine_ms"] > 1.5 * result["machine_ms"]
     assert result["scenarios"].keys() == SCENARIOS
     for figures in result["scenarios"].values():
         assert figures["long_tasks"] == len(figures["tasks_ms"])
