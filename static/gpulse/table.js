@@ -252,12 +252,15 @@
       boxView.top = box.scrollTop;
       queueRender();
     }, { passive: true });
-    // Called after layout, so reading sizes here costs no layout of its own.
+    // Called after layout, so reading sizes here costs no layout of its own. A render follows only
+    // when the box's height or a row's changed: a render that changes the drawn rows calls it too.
     const sized = new ResizeObserver(function () {
-      boxView.height = box.clientHeight;
       const drawn = els.tbody.rows.length - (gapRow.isConnected ? 1 : 0);
       const height = drawn ? (els.tbody.offsetHeight - (gapRow.isConnected ? gapHeight : 0)) / drawn : 0;
-      if (height && Math.abs(height - rowHeight) > 0.01) rowHeight = height;
+      const rowChanged = height && Math.abs(height - rowHeight) > 0.01;
+      if (rowChanged) rowHeight = height;
+      if (!rowChanged && box.clientHeight === boxView.height) return;
+      boxView.height = box.clientHeight;
       queueRender();
     });
     sized.observe(box);
