@@ -120,7 +120,7 @@ class Bench:
         page.wait_for_function(OVERVIEW_READY, arg=self.nodes)
         return page
 
-    def tasks(self, page: "Page", since: float, until: float | None = None) -> Found:
+    def reported(self, page: "Page", since: float, until: float | None = None) -> Found:
         """The page's long tasks' durations and its blocking frames' blocking times, of those that started in
         [since, until) (ms of its clock)."""
         # A task that ended just now is reported by the observers a moment later.
@@ -137,7 +137,7 @@ class Bench:
         ready = page.evaluate(NOW)
         self.node_name = page.eval_on_selector("#node-table tbody tr", "tr => tr.dataset.node")
         page.wait_for_timeout(self.seconds * 1000)
-        found = {"overview_load": self.tasks(page, 0, ready), "overview_idle": self.tasks(page, ready)}
+        found = {"overview_load": self.reported(page, 0, ready), "overview_idle": self.reported(page, ready)}
         self.close(page)
         return found
 
@@ -161,7 +161,7 @@ class Bench:
             step += 1
             page.mouse.move(x + step % 2, y)
             page.wait_for_timeout(1000)
-        found = {"overview_sorted_tooltip": self.tasks(page, since)}
+        found = {"overview_sorted_tooltip": self.reported(page, since)}
         self.close(page)
         return found
 
@@ -173,7 +173,7 @@ class Bench:
         for mode in modes[1:] + modes[:1]:
             page.select_option("#heat-metric", mode)
             page.wait_for_timeout(self.seconds * 1000 / len(modes))
-        found = {"overview_colour_modes": self.tasks(page, since)}
+        found = {"overview_colour_modes": self.reported(page, since)}
         self.close(page)
         return found
 
@@ -186,7 +186,7 @@ class Bench:
         page.wait_for_timeout(1000)
         page.locator("#node-filter").press_sequentially(self.node_name, delay=150)
         page.wait_for_timeout(max(0.0, self.seconds - (time.monotonic() - start)) * 1000)
-        found = {"overview_problems_filter": self.tasks(page, since)}
+        found = {"overview_problems_filter": self.reported(page, since)}
         self.close(page)
         return found
 
@@ -194,7 +194,7 @@ class Bench:
         """A page from its navigation on, loading included, for --seconds of live frames."""
         page = self.open(path)
         page.wait_for_timeout(self.seconds * 1000)
-        found = {name: self.tasks(page, 0)}
+        found = {name: self.reported(page, 0)}
         self.close(page)
         return found
 
