@@ -20,6 +20,12 @@ WORKDIR /plotly
 COPY vendor/plotly/package.json vendor/plotly/package-lock.json vendor/plotly/index.js vendor/plotly/build.js ./
 RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && node build.js
 
+# uPlot for the node page's live charts, as `make uplot-js` installs it.
+FROM node:20-slim AS uplot-js
+WORKDIR /uplot
+COPY vendor/uplot/package.json vendor/uplot/package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+
 
 FROM python:3.11-slim AS node
 
@@ -61,6 +67,7 @@ RUN pip install --extra-index-url "https://download.pytorch.org/whl/${TORCH_VARI
 
 COPY . .
 COPY --from=plotly-js /plotly/dist vendor/plotly/dist
+COPY --from=uplot-js /uplot/node_modules/uplot/dist vendor/uplot/node_modules/uplot/dist
 # Static files are collected into the image.
 RUN python manage.py collectstatic --noinput --verbosity 0
 

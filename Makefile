@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint system-packages browser prometheus slurm npm axe plotly-js clean
+.PHONY: demo test lint system-packages browser prometheus slurm npm axe plotly-js uplot-js clean
 
 $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,7 @@ $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraint
 	$(PY) -m pip install --quiet -r requirements-dev.txt -c constraints.txt
 	touch $(STAMP)
 
-demo: $(STAMP) plotly-js
+demo: $(STAMP) plotly-js uplot-js
 	$(PY) -m devtools.demo
 
 # The Debian packages the tests drive; each is installed only when missing.
@@ -43,7 +43,7 @@ slurm:
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge \
 	  && if [ -d /run/systemd/system ]; then systemctl disable --now slurmctld slurmd munge; fi)
 
-# Debian's npm when the machine has none (axe and plotly-js install from npm).
+# Debian's npm when the machine has none (axe, plotly-js and uplot-js install from npm).
 npm:
 	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm)
 
@@ -68,8 +68,18 @@ $(PLOTLY_JS): vendor/plotly/package.json vendor/plotly/package-lock.json vendor/
 	npm ci --prefix vendor/plotly --ignore-scripts --no-audit --no-fund --loglevel=error
 	node vendor/plotly/build.js
 
+# uPlot for the node page's charts, the live ones redrawn every second, where a Plotly redraw
+# cost about 23 ms a chart (issue 18): npm ci installs the exact version of
+# vendor/uplot/package-lock.json and checks its sha512; dashboard/settings.py serves
+# its dist/ as static/vendor/uplot/. Again only when one of those files changed.
+UPLOT_JS := vendor/uplot/node_modules/uplot/dist/uPlot.iife.min.js
+uplot-js: $(UPLOT_JS)
+$(UPLOT_JS): vendor/uplot/package.json vendor/uplot/package-lock.json | npm
+	npm ci --prefix vendor/uplot --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
 # PYTEST_ARGS narrows a run, e.g. PYTEST_ARGS='-m "not browser"' or a test file.
-test: $(STAMP) system-packages axe plotly-js
+test: $(STAMP) system-packages axe plotly-js uplot-js
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff (pyflakes, pycodestyle, import order, bugbear) and mypy, configured in pyproject.toml.
@@ -78,4 +88,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .demo staticfiles node_modules vendor/plotly/node_modules vendor/plotly/dist
+	rm -rf $(VENV) .demo staticfiles node_modules vendor/plotly/node_modules vendor/plotly/dist vendor/uplot/node_modules

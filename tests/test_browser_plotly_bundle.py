@@ -20,7 +20,6 @@ DRAWN = """() => ({
   src: document.querySelector('script[src*="/vendor/plotly/"]').getAttribute("src"),
 })"""
 PAGES = {
-    "/nodes/sim-01/": "() => document.getElementById('live-util').data && document.getElementById('hist-util').data",
     "/usage/": "() => window.gpulseUsage && window.gpulseUsage.drawn",
 }
 
@@ -76,10 +75,18 @@ def test_plotly_loads_in_stages_and_every_chart_draws_once_it_has(admin_page, ru
         assert admin_page.evaluate("async () => (await window.GpulsePlotly) === window.Plotly"), path
 
 
-def test_the_overview_draws_its_heatmap_without_loading_plotly(admin_page, running_system):
-    """The heatmap is a canvas (heatmap.js): the overview has no Plotly chart, so it loads none of its 1 MB."""
+NO_PLOTLY = """() => window.Plotly === undefined && window.GpulsePlotly === undefined
+  && !document.querySelector('script[src*="/vendor/plotly/"]')"""
+
+
+def test_the_overview_and_the_node_page_draw_without_loading_plotly(admin_page, running_system):
+    """The heatmap is a canvas (heatmap.js) and the node page's charts are uPlot's (time-chart.js): neither page
+    has a Plotly chart, so they load none of its 1 MB."""
     admin_page.goto(running_system.base_url + "/")
     admin_page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0"
                                  " && document.getElementById('heatmap').gpulseDrawn.z.length")
-    assert admin_page.evaluate("() => window.Plotly === undefined && window.GpulsePlotly === undefined"
-                               " && !document.querySelector('script[src*=\"/vendor/plotly/\"]')")
+    assert admin_page.evaluate(NO_PLOTLY)
+    open_drawn(admin_page, running_system.base_url + "/nodes/sim-01/",
+               "() => document.getElementById('live-util').timeChart.uplot"
+               " && document.getElementById('hist-util').timeChart.view")
+    assert admin_page.evaluate(NO_PLOTLY)

@@ -19,15 +19,18 @@ from tests.browser import log_in
 pytestmark = pytest.mark.browser
 
 ZONES = ("America/Los_Angeles", "Asia/Tokyo")
-# The newest point of the live utilization chart, as its axis shows it, and the axis' tick labels.
+# The newest point of the live utilization chart (time-chart.js on uPlot): its unix time, its time as the chart's
+# tooltip shows it with the pointer there, the end of the time axis (unix) and the axis' tick labels (uPlot keeps
+# each axis' drawn labels in _values).
 LAST_POINT = """() => {
-  const gd = document.getElementById("live-util");
-  if (!gd.calcdata || !gd.calcdata.length) return null;
-  const xs = gd.calcdata[0].map(p => p.x).filter(x => Number.isFinite(x));
+  const u = document.getElementById("live-util").timeChart.uplot;
+  if (!u) return null;
+  const xs = u.data[0].filter((x, i) => u.data[1][i] !== null);
   if (!xs.length) return null;
-  const ax = gd._fullLayout.xaxis;
-  return {point: ax.c2d(Math.max(...xs)), range: ax.range,
-          ticks: Array.from(gd.querySelectorAll(".xtick text")).map(t => t.textContent)};
+  const last = Math.max(...xs);
+  u.setCursor({left: u.valToPos(last, "x"), top: 10});
+  return {x: last, point: document.querySelector("#live-util .chart-tooltip-time").textContent,
+          end: u.scales.x.max, ticks: u.axes[0]._values};
 }"""
 CLOCK = re.compile(r"(\d{1,2}):(\d{2}):(\d{2})\s*([AP]M)?")
 
@@ -72,11 +75,12 @@ def test_a_browser_in_any_zone_reads_the_same_local_time_on_axis_and_banner(chro
                 axis = page.evaluate(LAST_POINT)
 
                 assert banner_clock(banner) == (local.hour, local.minute, local.second), (zone, banner)
+                assert abs(axis["x"] - last_ts) < 0.01, (zone, axis)  # placed at its time, unshifted
                 assert axis["point"][11:19] == local.strftime("%H:%M:%S"), (zone, axis)
                 assert axis["point"][:10] == local.strftime("%Y-%m-%d"), (zone, axis)
-                # The axis ends at the browser's local now, and its labels read local hours.
+                # The axis ends now, and its labels read local hours.
                 now = datetime.now(ZoneInfo(zone))
-                assert abs((datetime.fromisoformat(axis["range"][1]) - now.replace(tzinfo=None)).total_seconds()) < 60
+                assert abs(axis["end"] - now.timestamp()) < 60
                 hours = {int(tick[:2]) for tick in axis["ticks"] if re.match(r"\d{2}:\d{2}", tick)}
                 assert hours and hours <= {now.hour, (now.hour - 1) % 24}, (zone, axis["ticks"])
                 assert zone in page.text_content("#time-zone")

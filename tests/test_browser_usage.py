@@ -8,7 +8,7 @@ import pytest
 from collectors import simulated
 from gpulse.keys import Keys
 from tests.test_browser_health import ingest_held
-from tests.test_browser_live import WATCH_REACT, each_in_a_frame_of_its_own
+from tests.test_browser_live import FRAMES, WATCH_REACT, each_in_a_frame_of_its_own
 
 pytestmark = pytest.mark.browser
 
@@ -49,6 +49,7 @@ def test_the_usage_page_draws_its_chart_and_lists_an_idle_gpu_with_its_user_and_
 def test_the_usage_charts_first_drawing_takes_four_frames_and_ends_whole(admin_page, running_system):
     """Drawn in one task, the chart's first drawing took 54-169 ms at 2,000 GPUs (issue 18): its frame, its
     axes, its first line, then all of them, each in an animation frame of its own."""
+    admin_page.add_init_script(FRAMES)
     admin_page.add_init_script(WATCH_REACT)
     admin_page.goto(running_system.base_url + "/usage/")
     admin_page.wait_for_function(f"() => ({CHART})().drawn")

@@ -106,9 +106,13 @@ def test_hostile_node_values_run_nothing_on_the_node_page(watched_page, running_
         assert SVG in watched_page.text_content("#proc-table tbody")
         assert_nothing_ran(watched_page)
         open_checked(watched_page, f"{running_system.base_url}/nodes/sim-02/",
-                     "document.getElementById('probe-chart').data"
-                     " && document.getElementById('probe-chart').data.length > 0",
+                     "document.getElementById('probe-chart').timeChart.uplot",
                      scroll_to="#probe-chart:not([hidden])")
+        # The probe chart's tooltip says each probe, its backend among it: the pointer on the newest.
+        plot = watched_page.locator("#probe-chart .u-over").bounding_box()
+        watched_page.mouse.move(plot["x"] + plot["width"] - 2, plot["y"] + plot["height"] / 2)
+        watched_page.wait_for_function("(img) => document.querySelector('#probe-chart .chart-tooltip').textContent"
+                                       ".includes(img)", arg=IMG)
         assert_nothing_ran(watched_page)
     finally:
         client.delete(keys.node(PAGE_NODE), keys.probe_history(PAGE_NODE))

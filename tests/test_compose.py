@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from collectors.cli import build_parser
+from dashboard.settings import UPLOT_DIST
 from gpulse.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,7 +166,7 @@ def dockerfile_stages() -> dict[str, tuple[str, str]]:
 
 def test_the_dockerfile_builds_a_slim_node_image_and_the_control_image_on_it():
     stages = dockerfile_stages()
-    assert list(stages) == ["plotly-js", "node", "control"]  # control last: a plain `docker build` makes it
+    assert list(stages) == ["plotly-js", "uplot-js", "node", "control"]  # control last: a plain `docker build` makes it
     node_base, node = stages["node"]
     control_base, control = stages["control"]
     assert node_base == "python:3.11-slim" and control_base == "node"
@@ -186,8 +187,14 @@ def test_the_dockerfile_builds_a_slim_node_image_and_the_control_image_on_it():
     assert plotly_base.startswith("node:") and "RUN npm ci " in plotly_js and "node build.js" in plotly_js
     assert "vendor/plotly/package-lock.json" in plotly_js
     assert control.index("COPY --from=plotly-js /plotly/dist vendor/plotly/dist") < control.index("collectstatic")
+    # uPlot likewise, where dashboard/settings.py serves it from.
+    uplot_base, uplot_js = stages["uplot-js"]
+    assert uplot_base.startswith("node:") and "RUN npm ci " in uplot_js and "vendor/uplot/package-lock.json" in uplot_js
+    uplot_dist = str(UPLOT_DIST.relative_to(ROOT))
+    assert control.index(f"COPY --from=uplot-js /uplot/{uplot_dist.removeprefix('vendor/uplot/')} {uplot_dist}") < \
+        control.index("collectstatic")
     ignored = (ROOT / ".dockerignore").read_text().splitlines()
-    assert "vendor/plotly/node_modules" in ignored and "vendor/plotly/dist" in ignored
+    assert {"vendor/plotly/node_modules", "vendor/plotly/dist", "vendor/uplot/node_modules"} <= set(ignored)
     healthcheck = re.search(r'^HEALTHCHECK .*\n\s+CMD python -c "(.*)"$', control, re.M)
     compile(healthcheck.group(1), "HEALTHCHECK", "exec")
     assert "/healthz" in healthcheck.group(1)
@@ -195,7 +202,7 @@ def test_the_dockerfile_builds_a_slim_node_image_and_the_control_image_on_it():
 
 def test_each_service_builds_the_image_target_it_needs():
     targets = {"node", "control"}
-    assert targets == set(dockerfile_stages()) - {"plotly-js"}  # a build stage, no service's image
+    assert targets == set(dockerfile_stages()) - {"plotly-js", "uplot-js"}  # build stages, no service's image
     for service in ("migrate", *CONTROL):
         assert SERVICES[service]["build"]["target"] == "control" and SERVICES[service]["image"] == "gpulse:control"
     for service in GPU_NODE:

@@ -1,5 +1,5 @@
-/* A chart's first drawing in parts, each drawn in an animation frame of its own (node.js draws
- * them a turn each, usage.js a frame each; issue 18): its frame (the axes hidden), its axes, then
+/* A Plotly chart's first drawing in parts, each drawn in an animation frame of its own (usage.js;
+ * issue 18): its frame (the axes hidden), its axes, then
  * its first trace, then all of it. Drawn in one task, a chart's first drawing took 84-124 ms for a
  * page's first chart and 50-70 ms for the next ones at 2,000 GPUs, where a redraw takes 15-25 ms:
  * it builds the chart's frame, axes, tick labels, lines and legend, and a page's first chart runs

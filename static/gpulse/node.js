@@ -1,5 +1,6 @@
 /* Node detail: status, live per-GPU charts (15 min), GPU and process tables,
- * bandwidth probes, history.
+ * bandwidth probes, history. The charts are uPlot's (time-chart.js): the live
+ * ones are redrawn every second, where Plotly's redraws made long tasks (issue 18).
  *
  * The live charts start from the node's recent points (GET /api/v1/nodes/<name>
  * ?recent=1) and grow from /ws/nodes/<name>/, which sends the full sample
@@ -28,10 +29,8 @@
   const RELOAD_EVERY_MS = 60 * 1000;
   const MIB_PER_GIB = 1024;
   const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
-  const FONT = { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 11, color: "#1f2933" };
-  const PLOT_CONFIG = { displaylogo: false, displayModeBar: false, responsive: true };
   const EMPTY_TEXT = "No history in this range yet";
-  const THRESHOLD_COLOUR = "#d1242f";
+  const FAILED_COLOUR = "#d1242f";
 
   // One chart per metric; `row` reads a recent point's row (frames.py FIELDS:
   // util, mem_used MiB, temp, power W, sm_clock, flags), `sample` a v1 GPU.
@@ -48,6 +47,18 @@
     { id: "hist-power", key: "power", title: "Power", unit: "W", scale: 1, digits: 0 },
   ];
   const NO_VALUES = [null, null, null, null];
+
+  /* The time charts of a section: the live or the history ones. */
+  function timeCharts(section, charts) {
+    return charts.map(function (chart) {
+      return new window.GpulseTimeChart(document.getElementById(chart.id), {
+        title: chart.title, unit: chart.unit, digits: chart.digits, emptyText: EMPTY_TEXT,
+        onZoom: function (range) { setZoom(section, range); },
+      });
+    });
+  }
+  const liveCharts = timeCharts("live", LIVE);
+  const historyCharts = timeCharts("history", HISTORY);
 
   const initial = JSON.parse(document.getElementById("node-data").textContent);
   const name = initial.node;
@@ -73,10 +84,9 @@
   let lastChartsAt = 0;
   let lastProbe = null; // the newest probe record, its age shown in #probe-last
   let lastHistory = null; // the latest history answer, drawn again when the zoom changes
-  // The time range the person zoomed each section's charts to (Plotly dates), null when not zoomed:
+  // The time range the person zoomed each section's charts to (unix seconds), null when not zoomed:
   // the charts are redrawn every second or minute, which would otherwise undo the zoom.
   const zoom = { live: null, history: null };
-  const zoomWatched = new Set();
 
   const els = {
     status: document.getElementById("node-status"),
@@ -100,8 +110,6 @@
   };
 
   const num = L.numberOrNull;
-
-  const when = L.plotlyDate;
 
   /* ---- live points ------------------------------------------------------------- */
 
@@ -150,16 +158,11 @@
     return gpus;
   }
 
-  /* A trace's name: Plotly renders pseudo-HTML in it, and the index is the node's to send. */
-  function traceName(gpu) {
-    return "GPU " + L.plotlyText(gpu);
-  }
-
   /* ---- the legends: one per section, for its four charts ------------------------------ */
 
   // The GPUs whose lines a press on the section's legend hid. One HTML legend for the four charts
-  // of a section, not a Plotly legend on each: Plotly drew its legends anew with every redraw, a
-  // fifth of the node page's drawing time at 2,000 GPUs (issue 18).
+  // of a section, not one on each: when the charts were Plotly's, it drew its legends anew with
+  // every redraw, a fifth of the node page's drawing time at 2,000 GPUs (issue 18).
   const hiddenGpus = { live: new Set(), history: new Set() };
   const legendShown = { live: "", history: "" };
 
@@ -224,38 +227,37 @@
     for (let p = 0; p < points.length; p++) {
       const ts = points[p].ts;
       if (previous !== null && ts - previous > gapAfter) {
-        x.push(when(previous + live.interval));
+        x.push(previous + live.interval);
         at.push(-1);
       }
-      x.push(when(ts));
+      x.push(ts);
       at.push(p);
       previous = ts;
     }
     LIVE.forEach(function (chart, k) { inTurn(chart.id, function () {
-      const traces = gpus.map(function (gpu, g) {
-        const y = at.map(function (p) {
-          const values = p < 0 ? null : points[p].values[g];
-          return values ? values[k] : null;
-        });
-        return {
-          type: "scatter", mode: "lines", name: traceName(gpu), x: x, y: y, connectgaps: false, visible: shown("live", gpu),
-          line: { width: 1.5, color: COLOURS[g % COLOURS.length] },
-          hovertemplate: "%{fullData.name}: %{y:." + chart.digits + "f} " + chart.unit + "<extra></extra>",
-        };
+      liveCharts[k].update({
+        x: x,
+        lines: gpus.map(function (gpu, g) {
+          const y = at.map(function (p) {
+            const values = p < 0 ? null : points[p].values[g];
+            return values ? values[k] : null;
+          });
+          return { label: "GPU " + gpu, colour: COLOURS[g % COLOURS.length], show: shown("live", gpu), y: y };
+        }),
+        xrange: zoom.live || [start, end],
+        yrange: limits[k],
+        thresholds: thresholds(chart.key),
       });
-      draw(chart, traces, chartLayout(chart, zoom.live || [when(start), when(end)], limits[k]), "live");
     }); });
   }
 
   /* Draw the chart ``id`` (``job``) in an animation frame of its own, one chart a frame for the
-   * whole page: four charts drawn in one task held the page for 50–120 ms every second, and
-   * the live, history and probe charts asking at once (as the page loads) put two or three in
-   * one frame (issue 18). A newer drawing of a chart replaces its waiting one, in its place.
-   * Only charts near the screen are drawn, as Grafana draws only the panels in view: a chart
-   * further than a screen's height away keeps its latest drawing waiting until it is scrolled
-   * near. The history charts, below the tables, cost 13–61 ms a drawing on a slow 2-core machine
-   * as the page loads (docs/PERFORMANCE.md). The first turn waits for Plotly, which loads in
-   * stages, a task each (vendor/plotly/index.js). */
+   * whole page, so that the live, history and probe charts asking at once (as the page loads)
+   * never share a task (issue 18). A newer drawing of a chart replaces its waiting one, in its
+   * place. Only charts near the screen are drawn, as Grafana draws only the panels in view: a
+   * chart further than a screen's height away keeps its latest drawing waiting until it is
+   * scrolled near (when the charts were Plotly's, the history charts below the tables cost
+   * 13–61 ms a drawing as the page loaded, docs/PERFORMANCE.md). */
   const turns = new Map(); // chart id -> its waiting job, in the order asked
   const near = new Set(); // ids of the charts within a screen's height of the screen
   let turnQueued = false;
@@ -284,7 +286,7 @@
   function queueTurn() {
     if (turnQueued || nextNear() === null) return;
     turnQueued = true;
-    window.GpulsePlotly.then(function () { requestAnimationFrame(nextTurn); });
+    requestAnimationFrame(nextTurn);
   }
 
   function nextTurn() {
@@ -314,75 +316,10 @@
     ];
   }
 
-  /* The layout of a time chart; a drag zooms its time axis only (yaxis fixedrange). */
-  function chartLayout(chart, xrange, yrange) {
-    return {
-      height: 250,
-      margin: { l: 46, r: 28, t: 30, b: 36 },
-      font: FONT,
-      title: { text: chart.title + " (" + chart.unit + ")", x: 0.01, xanchor: "left", y: 0.97, font: { size: 13 } },
-      paper_bgcolor: "rgba(0,0,0,0)",
-      plot_bgcolor: "#ffffff",
-      // Tick labels are drawn without Plotly's check that each stays inside the chart, which measured
-      // every label once per label placed (issue 18): the margins leave them room.
-      xaxis: { type: "date", range: xrange, gridcolor: "#e8ecf0", linecolor: "#c9d1d9", ticklabeloverflow: "allow" },
-      yaxis: yrange
-        ? { range: yrange, autorange: false, fixedrange: true, gridcolor: "#e8ecf0", zeroline: false, ticklabeloverflow: "allow" }
-        : { autorange: true, rangemode: "tozero", fixedrange: true, gridcolor: "#e8ecf0", zeroline: false, ticklabeloverflow: "allow" },
-      shapes: thresholdShapes(chart.key),
-      hovermode: "x unified",
-      showlegend: false, // the section's legend (showLegend)
-    };
-  }
-
-  /* A dashed line across the chart at each applicable rule's threshold, labelled with the rule. */
-  function thresholdShapes(key) {
+  /* The thresholds of the rules that apply to the chart of metric ``key``: [{value, label}]. */
+  function thresholds(key) {
     return rules.thresholds.filter(function (rule) { return rule.chart === key; }).map(function (rule) {
-      // Rule names are people's to choose: escaped for Plotly's pseudo-HTML.
-      const label = rule.label + (rule.gpu === null ? "" : ", GPU " + rule.gpu);
-      return {
-        type: "line", xref: "paper", x0: 0, x1: 1, yref: "y", y0: rule.value, y1: rule.value,
-        line: { color: THRESHOLD_COLOUR, width: 1, dash: "dash" },
-        label: { text: L.plotlyText(label), textposition: "end", yanchor: "bottom", font: { size: 10, color: THRESHOLD_COLOUR } },
-      };
-    });
-  }
-
-  const firstDrawn = new Map(); // chart id -> how many parts of its first drawing it has had (first-drawing.js)
-
-  /* Draw a chart, or where no trace has a value, say so in place of empty axes. */
-  function draw(chart, traces, layout, section) {
-    const empty = !traces.some(function (trace) { return trace.y.some(function (v) { return v !== null; }); });
-    if (empty) {
-      traces = [];
-      layout.xaxis.visible = layout.yaxis.visible = false;
-      layout.shapes = [];
-      layout.annotations = [{ text: EMPTY_TEXT, xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false, font: { size: 13, color: "#57606a" } }];
-    }
-    const turn = firstDrawn.get(chart.id) || 0;
-    const parts = empty ? [] : window.GpulseFirstDrawing.parts(traces, layout);
-    if (turn < parts.length) {
-      // The first drawing with lines, a part a turn; a newer drawing of the chart, asked
-      // meanwhile, takes the rest's place and goes on from there.
-      firstDrawn.set(chart.id, turn + 1);
-      Plotly.react(chart.id, parts[turn][0], parts[turn][1], PLOT_CONFIG);
-      inTurn(chart.id, function () { draw(chart, traces, layout, section); });
-    } else {
-      // Axes with a message only: the frame of a first drawing, which its lines need not draw again.
-      if (empty) firstDrawn.set(chart.id, Math.max(turn, 1));
-      Plotly.react(chart.id, traces, layout, PLOT_CONFIG);
-    }
-    watchZoom(document.getElementById(chart.id), section);
-  }
-
-  /* Follow the person's zoom on a chart: every chart of its section shows that time range. */
-  function watchZoom(gd, section) {
-    if (zoomWatched.has(gd)) return;
-    zoomWatched.add(gd);
-    gd.on("plotly_relayout", function (event) {
-      if ("xaxis.range[0]" in event) setZoom(section, [event["xaxis.range[0]"], event["xaxis.range[1]"]]);
-      else if (Array.isArray(event["xaxis.range"])) setZoom(section, event["xaxis.range"].slice());
-      else if (event["xaxis.autorange"]) setZoom(section, null); // a double-click resets, as the button does
+      return { value: rule.value, label: rule.label + (rule.gpu === null ? "" : ", GPU " + rule.gpu) };
     });
   }
 
@@ -575,8 +512,18 @@
       });
   }
 
-  function alpha(hex, a) {
-    return "rgba(" + L.rgb(hex).join(",") + "," + a + ")";
+  /* The history's times: every minute any GPU has, oldest first, and a gap's time after each minute
+   * followed by none for longer than HISTORY_GAP_S; the charts draw a gap there. */
+  function historyTimes(gpus) {
+    const minutes = new Set();
+    gpus.forEach(function (series) { series.ts.forEach(function (ts) { minutes.add(ts); }); });
+    const sorted = Array.from(minutes).sort(function (a, b) { return a - b; });
+    const x = [];
+    sorted.forEach(function (ts, i) {
+      if (i && ts - sorted[i - 1] > HISTORY_GAP_S) x.push(sorted[i - 1] + 60);
+      x.push(ts);
+    });
+    return x;
   }
 
   function renderHistory(history) {
@@ -586,39 +533,27 @@
       els.historyNote.textContent =
         "No minute rollups in this range yet: ingest writes one per GPU and minute, about two minutes after the minute ends.";
     }
-    const xrange = zoom.history || [when(history.since), when(history.until)];
+    const xrange = zoom.history || [history.since, history.until];
     showLegend("history", gpus.map(function (series) { return [String(series.gpu), COLOURS[series.gpu % COLOURS.length]]; }));
-    HISTORY.forEach(function (chart) { inTurn(chart.id, function () {
-      const traces = [];
-      gpus.forEach(function (series) {
-        const colour = COLOURS[series.gpu % COLOURS.length];
-        const x = [], low = [], mean = [], high = [];
-        let previous = null;
+    const x = historyTimes(gpus);
+    const at = new Map(x.map(function (ts, i) { return [ts, i]; }));
+    HISTORY.forEach(function (chart, k) { inTurn(chart.id, function () {
+      const lines = gpus.map(function (series) {
+        // [low, mean, high] per minute: null where this GPU has no rollup, as at a gap's time.
+        const low = x.map(function () { return null; }), mean = low.slice(), high = low.slice();
         series.ts.forEach(function (ts, i) {
-          if (previous !== null && ts - previous > HISTORY_GAP_S) {
-            x.push(when(previous + 60));
-            low.push(null); mean.push(null); high.push(null);
-          }
           const triple = series[chart.key][i];
-          x.push(when(ts));
-          low.push(triple[0] === null ? null : triple[0] * chart.scale);
-          mean.push(triple[1] === null ? null : triple[1] * chart.scale);
-          high.push(triple[2] === null ? null : triple[2] * chart.scale);
-          previous = ts;
+          const p = at.get(ts);
+          low[p] = triple[0] === null ? null : triple[0] * chart.scale;
+          mean[p] = triple[1] === null ? null : triple[1] * chart.scale;
+          high[p] = triple[2] === null ? null : triple[2] * chart.scale;
         });
-        const visible = shown("history", series.gpu);
-        const band = { type: "scatter", mode: "lines", x: x, visible: visible, hoverinfo: "skip", line: { width: 0, color: colour } };
-        traces.push(Object.assign({}, band, { y: low }));
-        traces.push(Object.assign({}, band, { y: high, fill: "tonexty", fillcolor: alpha(colour, 0.15) }));
-        traces.push({
-          type: "scatter", mode: "lines", name: traceName(series.gpu), visible: visible, x: x, y: mean,
-          customdata: low.map(function (v, i) { return [v, high[i]]; }),
-          line: { width: 1.5, color: colour },
-          hovertemplate: "%{fullData.name}: %{y:." + chart.digits + "f} " + chart.unit +
-            " (%{customdata[0]:." + chart.digits + "f}–%{customdata[1]:." + chart.digits + "f})<extra></extra>",
-        });
+        return {
+          label: "GPU " + series.gpu, colour: COLOURS[series.gpu % COLOURS.length], show: shown("history", series.gpu),
+          y: mean, low: low, high: high,
+        };
       });
-      draw(chart, traces, chartLayout(chart, xrange, chart.key === "util" ? [0, 105] : null), "history");
+      historyCharts[k].update({ x: x, lines: lines, xrange: xrange, yrange: chart.key === "util" ? [0, 105] : null, thresholds: thresholds(chart.key) });
     }); });
   }
 
@@ -626,7 +561,7 @@
 
   /* A unix time as a datetime-local input's value, in the browser's zone. */
   function localInput(ts) {
-    return when(ts).slice(0, 16).replace(" ", "T");
+    return L.plotlyDate(ts).slice(0, 16).replace(" ", "T");
   }
 
   /* Fill the from/to inputs with the range shown, once: later reloads must not undo an edit. */
@@ -652,6 +587,8 @@
 
   /* ---- bandwidth probes (collectors/probe.py records, oldest first) ---------------------- */
 
+  const probeChart = new window.GpulseTimeChart(els.probeChart, { title: "Bus bandwidth", unit: "GB/s", digits: 1, emptyText: "" });
+
   function renderProbes(probes) {
     lastProbe = probes.length ? probes[probes.length - 1] : null;
     renderLastProbe();
@@ -659,40 +596,23 @@
       els.probeChart.hidden = true;
       return;
     }
-    const ok = { x: [], y: [], text: [] };
-    const failed = { x: [], y: [], text: [] };
+    // One point a probe: its bus bandwidth on the line, or a failure's marker on the axis (it has none).
+    const x = [], busbw = [], failed = [], said = [];
     probes.forEach(function (probe) {
-      const x = when(probe.ts);
-      // Hover text: Plotly renders pseudo-HTML in it, and probe records come from the node.
-      const where = L.plotlyText(probe.backend + ", " + (probe.world_size ? probe.world_size + " ranks" : "ranks unknown"));
-      if (probe.status === "succeeded" && num(probe.busbw) !== null) {
-        ok.x.push(x);
-        ok.y.push(probe.busbw);
-        ok.text.push(where);
-      } else {
-        failed.x.push(x);
-        failed.y.push(0); // a failed probe has no bandwidth: mark it on the axis
-        failed.text.push(L.plotlyText(probe.status + (probe.reason ? ": " + probe.reason : "")) + " (" + where + ")");
-      }
+      const where = probe.backend + ", " + (probe.world_size ? probe.world_size + " ranks" : "ranks unknown");
+      const succeeded = probe.status === "succeeded" && num(probe.busbw) !== null;
+      x.push(probe.ts);
+      busbw.push(succeeded ? probe.busbw : null);
+      failed.push(succeeded ? null : 0);
+      said.push(succeeded ? probe.busbw.toFixed(1) + " GB/s · " + where : probe.status + (probe.reason ? ": " + probe.reason : "") + " (" + where + ")");
     });
-    const traces = [
-      {
-        type: "scatter", mode: "lines+markers", name: "busbw", x: ok.x, y: ok.y, text: ok.text,
-        line: { width: 1.5, color: COLOURS[0] }, marker: { size: 5 },
-        hovertemplate: "%{y:.1f} GB/s · %{text}<extra></extra>",
-      },
-      {
-        type: "scatter", mode: "markers", name: "failed", x: failed.x, y: failed.y, text: failed.text,
-        marker: { symbol: "x", size: 9, color: "#d1242f" },
-        hovertemplate: "%{text}<extra></extra>",
-      },
-    ];
+    function describe(i) { return said[i]; }
+    const lines = [{ label: "busbw", colour: COLOURS[0], show: true, y: busbw, markers: true, describe: describe }];
+    if (failed.some(function (v) { return v !== null; })) {
+      lines.push({ label: "failed", colour: FAILED_COLOUR, show: true, y: failed, markers: true, joined: false, describe: describe });
+    }
     els.probeChart.hidden = false;
-    const layout = chartLayout({ title: "Bus bandwidth", unit: "GB/s" }, null, null);
-    layout.xaxis.autorange = true;
-    layout.hovermode = "closest";
-    layout.showlegend = failed.x.length > 0;
-    inTurn(els.probeChart.id, function () { Plotly.react(els.probeChart, traces, layout, PLOT_CONFIG); });
+    inTurn(els.probeChart.id, function () { probeChart.update({ x: x, lines: lines, xrange: null, yrange: null, thresholds: [] }); });
   }
 
   function renderLastProbe() {
