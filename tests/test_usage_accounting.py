@@ -139,8 +139,19 @@ def test_usage_written_less_often_than_the_rollups_is_counted_once_after_a_crash
     assert again.rollups.duplicates == 10
 
 
+def in_one_minute_for(back: float, ahead: float) -> None:
+    """Sleep, if need be, until the last ``back`` seconds and the next ``ahead`` fall in one wall-clock minute:
+    samples stamped across a minute's end make two rollups (a full run that reached it 1 s into a minute did)."""
+    into = time.time() % 60
+    if into < back:
+        time.sleep(back - into)
+    elif into > 60 - ahead:
+        time.sleep(60 - into + back)
+
+
 def test_entries_stay_pending_until_their_usage_is_written(redis_client, make_ingest):  # noqa: F811
     ingest = make_ingest(flush_interval=0.0, usage_flush_interval=3600.0)
+    in_one_minute_for(back=3.5, ahead=2.0)  # three samples stamped 3 to 1 s ago, one now
     for second in range(3):
         xadd(redis_client, schema.encode(node_sample("n1", time.time() - 3 + second,
                                                      [(90, [process("alice", "100")], None, 300.0, H100)])))
