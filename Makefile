@@ -56,7 +56,7 @@ node_modules/axe-core/axe.min.js: package.json package-lock.json | npm
 	npm ci --ignore-scripts --no-audit --no-fund
 	touch $@
 
-# Plotly.js for the charts, built with only the trace types the pages draw
+# Plotly.js for the benchmark charts, built with only the trace types they draw
 # (vendor/plotly/index.js): the full bundle of 4.8 MB blocked each page 600-930 ms
 # while it was evaluated (issue 18). npm ci installs the exact versions of
 # vendor/plotly/package-lock.json and checks each one's sha512; build.js bundles
@@ -68,8 +68,8 @@ $(PLOTLY_JS): vendor/plotly/package.json vendor/plotly/package-lock.json vendor/
 	npm ci --prefix vendor/plotly --ignore-scripts --no-audit --no-fund --loglevel=error
 	node vendor/plotly/build.js
 
-# uPlot for the node page's charts, the live ones redrawn every second, where a Plotly redraw
-# cost about 23 ms a chart (issue 18): npm ci installs the exact version of
+# uPlot for the node and usage pages' charts (the node page's live ones are redrawn every
+# second, where a Plotly redraw cost about 23 ms a chart; issue 18): npm ci installs the exact version of
 # vendor/uplot/package-lock.json and checks its sha512; dashboard/settings.py serves
 # its dist/ as static/vendor/uplot/. Again only when one of those files changed.
 UPLOT_JS := vendor/uplot/node_modules/uplot/dist/uPlot.iife.min.js

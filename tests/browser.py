@@ -9,6 +9,7 @@ keep enforced: give ``wait_for_function`` a function ("() => ..."), since an
 expression string is eval'd inside the page and the policy refuses that.
 """
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,6 +71,23 @@ def browser_page(chromium) -> Page:
     page.set_default_timeout(15_000)
     yield page
     context.close()
+
+
+def launch_finished_job(page: Page, base_url: str) -> str:
+    """Launch a small gloo benchmark on the first free node from the Benchmarks page, wait until it has
+    ended, and return its page's path."""
+    page.goto(f"{base_url}/benchmarks/")
+    page.locator("#node-picker input[name=nodes]:enabled").first.check()
+    page.fill("#id_ranks_per_node", "1")
+    page.select_option("#id_backend", "gloo")
+    page.fill("#id_min_bytes", "1K")
+    page.fill("#id_max_bytes", "4K")
+    with page.expect_navigation():
+        page.click("#launch-form button[type=submit]")
+    job = re.search(r"/benchmarks/\d+/$", page.url).group(0)
+    page.wait_for_function("() => ['succeeded', 'failed', 'timed_out', 'cancelled']"
+                           ".includes(document.querySelector('#job-status').textContent.trim())", timeout=90_000)
+    return job
 
 
 def log_in(page: Page, base_url: str, username: str, password: str, next_path: str = "/") -> None:

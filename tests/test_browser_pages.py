@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.axe import axe_violations, describe
-from tests.browser import log_in
+from tests.browser import launch_finished_job, log_in
+from tests.test_browser_usage import DRAWN_OR_EMPTY as USAGE_CHART_DRAWN_OR_EMPTY
 
 pytestmark = pytest.mark.browser
 
@@ -87,7 +88,7 @@ READY = {
     "node": "() => document.querySelectorAll('#gpu-table tbody tr').length > 0"
             " && document.querySelectorAll('#health-checks tbody tr').length > 0",
     "health": "() => /\\d+ healthy/.test(document.getElementById('health-counts').textContent)",
-    "usage": "() => window.gpulseUsage && window.gpulseUsage.drawn",
+    "usage": USAGE_CHART_DRAWN_OR_EMPTY,
 }
 
 
@@ -126,18 +127,8 @@ def page_paths(admin_context, running_system) -> dict[str, str]:
     page = admin_context.new_page()
     page.set_default_timeout(15_000)
     try:
-        page.goto(f"{base}/benchmarks/")
-        page.locator("#node-picker input[name=nodes]:enabled").first.check()
-        page.fill("#id_ranks_per_node", "1")
-        page.select_option("#id_backend", "gloo")
-        page.fill("#id_min_bytes", "1K")
-        page.fill("#id_max_bytes", "4K")
-        with page.expect_navigation():
-            page.click("#launch-form button[type=submit]")
-        job = re.search(r"/benchmarks/\d+/$", page.url).group(0)
         # Finished, so the pages show what a finished job adds (the overview's throughput line).
-        page.wait_for_function("() => ['succeeded', 'failed', 'timed_out', 'cancelled']"
-                               ".includes(document.querySelector('#job-status').textContent.trim())", timeout=90_000)
+        job = launch_finished_job(page, base)
 
         page.goto(f"{base}/alerts/webhooks/")
         page.fill("#id_name", "pages-test receiver with a long name")

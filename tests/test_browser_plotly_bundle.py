@@ -1,5 +1,6 @@
-"""The pages load the Plotly.js that `make plotly-js` builds (vendor/plotly), of the version its lockfile pins,
-and it holds every trace type they draw: a wrong bundle fails here rather than leaving a user's chart blank."""
+"""The benchmark pages load the Plotly.js that `make plotly-js` builds (vendor/plotly), of the version its
+lockfile pins, and it holds every trace type they draw: a wrong bundle fails here rather than leaving a user's
+chart blank. The other pages load no Plotly."""
 
 import json
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dashboard.settings import PLOTLY_JS
+from tests.browser import launch_finished_job
 
 pytestmark = pytest.mark.browser
 
@@ -19,9 +21,19 @@ DRAWN = """() => ({
   version: Plotly.version,
   src: document.querySelector('script[src*="/vendor/plotly/"]').getAttribute("src"),
 })"""
-PAGES = {
-    "/usage/": "() => window.gpulseUsage && window.gpulseUsage.drawn",
-}
+
+
+@pytest.fixture(scope="module")
+def plotly_pages(admin_context, running_system) -> dict[str, str]:
+    """The pages with a Plotly chart, each with what says it is drawn (JS): a finished job's."""
+    page = admin_context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        job = launch_finished_job(page, running_system.base_url)
+        assert page.text_content("#job-status").strip() == "succeeded", page.text_content("#job-reason")
+    finally:
+        page.close()
+    return {job: "() => document.querySelector('#bandwidth-chart .scatterlayer .trace')"}
 
 
 def open_drawn(page, url: str, ready: str) -> None:
@@ -33,11 +45,12 @@ def open_drawn(page, url: str, ready: str) -> None:
     page.wait_for_function(ready)
 
 
-def test_every_page_loads_the_pinned_partial_bundle_and_it_knows_each_trace_type_drawn(admin_page, running_system):
+def test_every_page_loads_the_pinned_partial_bundle_and_it_knows_each_trace_type_drawn(admin_page, running_system,
+                                                                                      plotly_pages):
     lock = json.loads((ROOT / "vendor/plotly/package-lock.json").read_text())
     pinned = lock["packages"]["node_modules/plotly.js"]["version"]
     drawn = set()
-    for path, ready in PAGES.items():
+    for path, ready in plotly_pages.items():
         open_drawn(admin_page, running_system.base_url + path, ready)
         page = admin_page.evaluate(DRAWN)
         assert page["src"].endswith("/vendor/plotly/plotly-gpulse.min.js"), page["src"]
@@ -63,13 +76,13 @@ WATCH_STAGES = """(() => {
 })();"""
 
 
-def test_plotly_loads_in_stages_and_every_chart_draws_once_it_has(admin_page, running_system):
+def test_plotly_loads_in_stages_and_every_chart_draws_once_it_has(admin_page, running_system, plotly_pages):
     """Evaluated in one task, Plotly held every page with a chart for 81-166 ms at 2,000 GPUs (issue 18): its
     modules run a stage a task, and the pages draw once the promise of it resolves."""
     # V8 compiles its functions as it streams the script, not one by one on the main thread (vendor/plotly/build.js).
     assert PLOTLY_JS.read_text().startswith("//# allFunctionsCalledOnLoad\n")
     admin_page.add_init_script(WATCH_STAGES)
-    for path, ready in PAGES.items():
+    for path, ready in plotly_pages.items():
         open_drawn(admin_page, running_system.base_url + path, ready)
         assert admin_page.evaluate("() => window.plotlyWholeAtFirstStage") is False, path
         assert admin_page.evaluate("async () => (await window.GpulsePlotly) === window.Plotly"), path
@@ -79,9 +92,9 @@ NO_PLOTLY = """() => window.Plotly === undefined && window.GpulsePlotly === unde
   && !document.querySelector('script[src*="/vendor/plotly/"]')"""
 
 
-def test_the_overview_and_the_node_page_draw_without_loading_plotly(admin_page, running_system):
-    """The heatmap is a canvas (heatmap.js) and the node page's charts are uPlot's (time-chart.js): neither page
-    has a Plotly chart, so they load none of its 1 MB."""
+def test_the_overview_the_node_page_and_usage_draw_without_loading_plotly(admin_page, running_system):
+    """The heatmap is a canvas (heatmap.js), the node page's and the usage page's charts are uPlot's
+    (time-chart.js): none of them has a Plotly chart, so they load none of its 1 MB."""
     admin_page.goto(running_system.base_url + "/")
     admin_page.wait_for_function("() => window.gpulse && window.gpulse.frames > 0"
                                  " && document.getElementById('heatmap').gpulseDrawn.z.length")
@@ -89,4 +102,7 @@ def test_the_overview_and_the_node_page_draw_without_loading_plotly(admin_page, 
     open_drawn(admin_page, running_system.base_url + "/nodes/sim-01/",
                "() => document.getElementById('live-util').timeChart.uplot"
                " && document.getElementById('hist-util').timeChart.view")
+    assert admin_page.evaluate(NO_PLOTLY)
+    open_drawn(admin_page, running_system.base_url + "/usage/",
+               "() => document.getElementById('usage-chart').timeChart.view")
     assert admin_page.evaluate(NO_PLOTLY)

@@ -52,7 +52,7 @@
   function timeCharts(section, charts) {
     return charts.map(function (chart) {
       return new window.GpulseTimeChart(document.getElementById(chart.id), {
-        title: chart.title, unit: chart.unit, digits: chart.digits, emptyText: EMPTY_TEXT,
+        title: chart.title + " (" + chart.unit + ")", unit: chart.unit, digits: chart.digits, emptyText: EMPTY_TEXT,
         onZoom: function (range) { setZoom(section, range); },
       });
     });
@@ -587,7 +587,7 @@
 
   /* ---- bandwidth probes (collectors/probe.py records, oldest first) ---------------------- */
 
-  const probeChart = new window.GpulseTimeChart(els.probeChart, { title: "Bus bandwidth", unit: "GB/s", digits: 1, emptyText: "" });
+  const probeChart = new window.GpulseTimeChart(els.probeChart, { title: "Bus bandwidth (GB/s)", unit: "GB/s", digits: 1, emptyText: "" });
 
   function renderProbes(probes) {
     lastProbe = probes.length ? probes[probes.length - 1] : null;

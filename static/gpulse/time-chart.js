@@ -1,18 +1,20 @@
-/* A time chart on uPlot (vendor/uplot), for the node page's charts: its live charts are redrawn
- * every second, and a Plotly redraw of one cost about 23 ms at 2,000 GPUs, on a slower machine a
- * long task each (issue 18, docs/PERFORMANCE.md); uPlot draws the same lines on a canvas in under
- * a millisecond. It is what Grafana draws its time series panels with.
+/* A time chart on uPlot (vendor/uplot), for the node page's and the usage page's charts. The node
+ * page's live charts are redrawn every second, and a Plotly redraw of one cost about 23 ms at 2,000
+ * GPUs, on a slower machine a long task each; uPlot draws the same lines on a canvas in under a
+ * millisecond, and it evaluates in one short task where Plotly took five (issue 18,
+ * docs/PERFORMANCE.md). It is what Grafana draws its time series panels with.
  *
  * Lines over the time range asked, a gap where a value is null; a line with low and high values
- * has the band between them shaded, a line with markers has a marker at each point (joined: false,
- * markers only); a dashed red line at each alert threshold, labelled; a tooltip with each line's
- * value under the pointer (describe(i), where given, says a point instead); a drag across the
- * chart asks for that time range (options.onZoom(range)), a double-click for none (onZoom(null)):
- * the page zooms every chart of a section together. Where no line has a value, a message stands
- * in for empty axes. Times are unix seconds, shown in the browser's zone.
+ * has the band between them shaded, a line with dash: true is dotted, a line with markers has
+ * a marker at each point (joined: false, markers only); a dashed red line at each alert
+ * threshold, labelled; a tooltip with each line's value under the pointer (describe(i), where
+ * given, says a point instead); a drag across the chart asks for that time range
+ * (options.onZoom(range)), a double-click for none (onZoom(null)): the node page zooms every chart
+ * of a section together. Where no line has a value, a message stands in for empty axes. Times are
+ * unix seconds, shown in the browser's zone.
  *
  *   const chart = new GpulseTimeChart(element, {title, unit, digits, emptyText, onZoom (or none: no zoom)});
- *   chart.update({x, lines: [{label, colour, show, y, low, high, markers, joined, describe}],
+ *   chart.update({x, lines: [{label, colour, show, y, low, high, dash, markers, joined, describe}],
  *                 xrange: [start, end] or null (the data's), yrange: [min, max] or null (from 0 up),
  *                 thresholds: [{value, label}]});
  *
@@ -29,6 +31,7 @@
   const MINUTE = 60;
   const DAY = 86400;
   const BAND_ALPHA = 0.15;
+  const DOTS = [2, 3]; // a dashed line's dash and gap (CSS pixels)
 
   function pad(n) {
     return String(n).padStart(2, "0");
@@ -54,7 +57,7 @@
     this.linesKey = "";
     this.width = 0; // the element's, as its ResizeObserver last gave it
     this.title = L.element("div", "chart-title");
-    this.title.textContent = options.title + " (" + options.unit + ")";
+    this.title.textContent = options.title;
     this.empty = L.element("p", "chart-empty");
     this.empty.textContent = options.emptyText;
     this.empty.hidden = true;
@@ -72,19 +75,25 @@
       if (width === chart.width) return;
       chart.width = width;
       if (chart.uplot) chart.uplot.setSize({ width: width, height: HEIGHT });
-      else if (chart.view) chart.update(chart.view);
+      else if (chart.view) chart.draw();
     }).observe(element);
   }
 
   GpulseTimeChart.prototype.update = function (view) {
     this.view = view;
+    this.draw();
+  };
+
+  /* Draw the latest view. */
+  GpulseTimeChart.prototype.draw = function () {
+    const view = this.view;
     const hasValue = view.lines.some(function (line) { return line.y.some(function (v) { return v !== null; }); });
     this.empty.hidden = hasValue;
     this.plot.hidden = !hasValue;
     if (!hasValue || !this.width) return; // drawn once it has a width (hidden, it has none)
     // The lines, how each is drawn, make the chart: made anew only when those change.
     const key = JSON.stringify(view.lines.map(function (line) {
-      return [line.label, line.colour, Boolean(line.low), Boolean(line.markers), line.joined !== false];
+      return [line.label, line.colour, Boolean(line.low), Boolean(line.dash), Boolean(line.markers), line.joined !== false];
     }));
     if (key !== this.linesKey) {
       if (this.uplot) this.uplot.destroy();
@@ -158,7 +167,7 @@
         y: { range: function (u, min, max) { return chart.view.yrange || chart.autoY(max); } },
       },
       axes: [
-        { stroke: ink, font: FONT, grid: grid, ticks: ticks,
+        { stroke: ink, font: FONT, grid: grid, ticks: ticks, space: 70, // px between time labels, at least
           values: function (u, splits, axis, space, step) { return splits.map(function (ts) { return tickLabel(ts, step); }); } },
         { stroke: ink, font: FONT, grid: grid, ticks: ticks, size: 46 },
       ],
@@ -185,13 +194,16 @@
   function series(view) {
     const all = [{}];
     view.lines.forEach(function (line) {
-      const markers = line.markers ? { show: true, size: 6, fill: line.colour, stroke: line.colour } : { show: false };
-      const drawn = { label: line.label, stroke: line.colour, width: 1.5, show: line.show, points: markers };
+      const drawn = { label: line.label, stroke: line.colour, width: 1.5, show: line.show };
+      // Without markers, uPlot marks the points only where they are few and far apart: two minutes
+      // of usage in a two-hour chart would be two specks.
+      if (line.markers) drawn.points = { show: true, size: 6, fill: line.colour, stroke: line.colour };
+      if (line.dash) drawn.dash = DOTS.map(function (px) { return px * uPlot.pxRatio; }); // uPlot's are the canvas
       if (line.joined === false) drawn.paths = function () { return null; }; // markers only
       all.push(drawn);
       if (line.low) {
         const edge = { stroke: line.colour, width: 0, show: line.show, points: { show: false } };
-        all.push(edge, Object.assign({}, edge));
+        all.push(Object.assign({ label: line.label + " low" }, edge), Object.assign({ label: line.label + " high" }, edge));
       }
     });
     return all;
