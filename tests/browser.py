@@ -73,6 +73,11 @@ def browser_page(chromium) -> Page:
     context.close()
 
 
+# A job's page says the job has ended, however it ended.
+JOB_ENDED = ("() => ['succeeded', 'failed', 'timed_out', 'cancelled']"
+             ".includes(document.querySelector('#job-status').textContent.trim())")
+
+
 def launch_finished_job(page: Page, base_url: str) -> str:
     """Launch a small gloo benchmark on the first free node from the Benchmarks page, wait until it has
     ended, and return its page's path."""
@@ -85,8 +90,7 @@ def launch_finished_job(page: Page, base_url: str) -> str:
     with page.expect_navigation():
         page.click("#launch-form button[type=submit]")
     job = re.search(r"/benchmarks/\d+/$", page.url).group(0)
-    page.wait_for_function("() => ['succeeded', 'failed', 'timed_out', 'cancelled']"
-                           ".includes(document.querySelector('#job-status').textContent.trim())", timeout=90_000)
+    page.wait_for_function(JOB_ENDED, timeout=90_000)
     return job
 
 

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from gpulse.keys import Keys
-from tests.browser import log_in
+from tests.browser import JOB_ENDED, log_in
 from workers import job_events
 
 pytestmark = pytest.mark.browser
@@ -32,8 +32,7 @@ def test_an_operator_launches_a_two_node_job_and_watches_it_run(admin_page, runn
     assert re.search(r"/benchmarks/\d+/$", page.url)
     # Rows arrive over the websocket while the job runs, then the page shows the recorded job.
     page.wait_for_selector("#rows tbody tr", timeout=90_000)
-    page.wait_for_function("() => ['succeeded', 'failed', 'timed_out', 'cancelled']"
-                           ".includes(document.querySelector('#job-status').textContent.trim())", timeout=90_000)
+    page.wait_for_function(JOB_ENDED, timeout=90_000)
     assert page.locator("#job-status").text_content().strip() == "succeeded", page.locator("#job-reason").text_content()
     rows = page.locator("#rows tbody tr")
     assert rows.count() == 9  # 1K .. 256K by 2
