@@ -33,15 +33,11 @@
   const BAND_ALPHA = 0.15;
   const DOTS = [2, 3]; // a dashed line's dash and gap (CSS pixels)
 
-  function pad(n) {
-    return String(n).padStart(2, "0");
-  }
-
   /* An x tick's label, local time: seconds where ticks are seconds apart, the date where days are. */
   function tickLabel(ts, step) {
-    const d = new Date(ts * 1000);
-    if (step >= DAY) return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate());
-    return pad(d.getHours()) + ":" + pad(d.getMinutes()) + (step < MINUTE ? ":" + pad(d.getSeconds()) : "");
+    const local = L.plotlyDate(ts); // "YYYY-MM-DD HH:MM:SS.mmm" in the browser's zone
+    if (step >= DAY) return local.slice(0, 10);
+    return local.slice(11, step < MINUTE ? 19 : 16);
   }
 
   /* A colour of the page's theme (gpulse.css), read once a chart is made: the canvas cannot use CSS. */
