@@ -126,20 +126,24 @@ def test_a_custom_range_comes_back_from_the_url_empty_and_zoom_resets(admin_page
     # The live charts have data: drag across one to zoom; every live chart follows, and the button resets them.
     page.wait_for_function("() => document.getElementById('live-util').timeChart.uplot")
     assert page.is_hidden("#live-reset-zoom")
-    drag = page.locator("#live-util .u-over")
-    for _ in range(3):  # a drag the once-a-second redraw cut short zooms nothing: drag again
-        drag.scroll_into_view_if_needed()
-        box = drag.bounding_box()
-        page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + box["height"] / 2)
-        page.mouse.down()
-        page.mouse.move(box["x"] + box["width"] * 0.7, box["y"] + box["height"] / 2, steps=5)
-        page.mouse.up()
-        try:
-            page.wait_for_selector("#live-reset-zoom:not([hidden])", timeout=3000)
-            break
-        except PlaywrightTimeout:
-            continue
-    assert not page.is_hidden("#live-reset-zoom"), "three drags across the chart zoomed nothing"
+    plot = page.locator("#live-util .u-over")
+
+    def drag_to_zoom() -> None:
+        for _ in range(3):  # a drag the once-a-second redraw cut short zooms nothing: drag again
+            plot.scroll_into_view_if_needed()
+            box = plot.bounding_box()
+            page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + box["height"] / 2)
+            page.mouse.down()
+            page.mouse.move(box["x"] + box["width"] * 0.7, box["y"] + box["height"] / 2, steps=5)
+            page.mouse.up()
+            try:
+                page.wait_for_selector("#live-reset-zoom:not([hidden])", timeout=3000)
+                return
+            except PlaywrightTimeout:
+                continue
+        raise AssertionError("three drags across the chart zoomed nothing")
+
+    drag_to_zoom()
     # Each chart draws in a frame of its own: wait for the zoom to reach the last.
     page.wait_for_function(f"() => ({X_RANGE})('live-power')[1] - ({X_RANGE})('live-power')[0] < 0.5 * 900")
     zoomed = page.evaluate(X_RANGE, "live-util")
@@ -153,6 +157,13 @@ def test_a_custom_range_comes_back_from_the_url_empty_and_zoom_resets(admin_page
     start, end = page.evaluate(X_RANGE, "live-util")
     assert 899 <= end - start <= 901  # the 15-minute window again
     assert abs(end - time.time()) < 5
+
+    # A double-click on a chart resets them as the button does.
+    drag_to_zoom()
+    page.wait_for_function(f"() => ({X_RANGE})('live-util')[1] - ({X_RANGE})('live-util')[0] < 0.5 * 900")
+    plot.dblclick()
+    page.wait_for_selector("#live-reset-zoom", state="hidden")
+    page.wait_for_function(f"() => ({X_RANGE})('live-power')[1] - ({X_RANGE})('live-power')[0] >= 899")
 
 
 def test_the_overview_keeps_its_colour_in_the_url(admin_page, chromium, running_system):
