@@ -76,9 +76,9 @@
     return String(n).padStart(width, "0");
   }
 
-  /* A unix time as a Plotly date ("2026-11-23 10:09:54.123") in the browser's zone: Plotly
-   * shows a date string as written, so axes read the same local time as the page's text. */
-  function plotlyDate(ts) {
+  /* A unix time as "2026-11-23 10:09:54.123" in the browser's zone: the time charts' ticks and
+   * tooltips, and the node page's range inputs, cut from it, so they read as the page's text does. */
+  function localDateTime(ts) {
     const d = new Date(ts * 1000);
     return d.getFullYear() + "-" + pad(d.getMonth() + 1, 2) + "-" + pad(d.getDate(), 2) + " " +
       pad(d.getHours(), 2) + ":" + pad(d.getMinutes(), 2) + ":" + pad(d.getSeconds(), 2) + "." + pad(d.getMilliseconds(), 3);
@@ -189,7 +189,7 @@
     clockTime: clockTime,
     dateTime: dateTime,
     utcTime: utcTime,
-    plotlyDate: plotlyDate,
+    localDateTime: localDateTime,
     zoneName: zoneName,
     skew: skew,
     escapeHtml: escapeHtml,

@@ -561,7 +561,7 @@
 
   /* A unix time as a datetime-local input's value, in the browser's zone. */
   function localInput(ts) {
-    return L.plotlyDate(ts).slice(0, 16).replace(" ", "T");
+    return L.localDateTime(ts).slice(0, 16).replace(" ", "T");
   }
 
   /* Fill the from/to inputs with the range shown, once: later reloads must not undo an edit. */

@@ -35,7 +35,7 @@
 
   /* An x tick's label, local time: seconds where ticks are seconds apart, the date where days are. */
   function tickLabel(ts, step) {
-    const local = L.plotlyDate(ts); // "YYYY-MM-DD HH:MM:SS.mmm" in the browser's zone
+    const local = L.localDateTime(ts); // "YYYY-MM-DD HH:MM:SS.mmm" in the browser's zone
     if (step >= DAY) return local.slice(0, 10);
     return local.slice(11, step < MINUTE ? 19 : 16);
   }
@@ -257,7 +257,7 @@
     const options = this.options;
     const rows = [];
     const head = L.element("div", "chart-tooltip-time");
-    head.textContent = L.plotlyDate(u.data[0][index]).slice(0, 19); // local "YYYY-MM-DD HH:MM:SS", as Grafana's
+    head.textContent = L.localDateTime(u.data[0][index]).slice(0, 19); // local "YYYY-MM-DD HH:MM:SS", as Grafana's
     rows.push(head);
     this.view.lines.forEach(function (line) {
       const value = line.y[index];
