@@ -3,16 +3,10 @@
 // open and the scroll position. The silence form is not part of it, so what is typed there stays.
 (function () {
   const REFRESH_MS = 15000;
+  const S = window.GpulseLiveSection;
 
   async function refresh() {
-    const response = await fetch(window.location.href, { credentials: "same-origin", cache: "no-store" });
-    // Logged out meanwhile: show the login page rather than a page that silently stopped.
-    if (response.redirected) {
-      window.location.reload();
-      return;
-    }
-    if (!response.ok) return;
-    const fresh = new DOMParser().parseFromString(await response.text(), "text/html").getElementById("alerts-live");
+    const fresh = await S.fetchPart(window.location.href, "alerts-live");
     const live = document.getElementById("alerts-live");
     if (!fresh || !live) return;
     const opened = new Map(Array.from(live.querySelectorAll("details[data-rule]"), (group) => [group.dataset.rule, group.open]));
@@ -24,6 +18,5 @@
     window.scrollTo(x, y);
   }
 
-  // A failed fetch (server restarting, network gone) leaves the page as it is; the next one tries again.
-  setInterval(() => refresh().catch(() => {}), REFRESH_MS);
+  S.every(REFRESH_MS, refresh);
 })();

@@ -10,24 +10,17 @@
   "use strict";
 
   const REFRESH_MS = 5000;
+  const S = window.GpulseLiveSection;
 
   async function refresh() {
     const current = document.getElementById("node-alerts");
     if (document.hidden || !current) return;
-    const response = await fetch(current.dataset.refresh, { credentials: "same-origin", cache: "no-store" });
-    // Logged out meanwhile: show the login page rather than a section that silently stopped.
-    if (response.redirected) {
-      window.location.reload();
-      return;
-    }
-    if (!response.ok) return;
-    const fresh = new DOMParser().parseFromString(await response.text(), "text/html").getElementById("node-alerts");
+    const fresh = await S.fetchPart(current.dataset.refresh, "node-alerts");
     // Unchanged: left alone, so a link in it keeps the keyboard's focus.
     if (!fresh || fresh.isEqualNode(current)) return;
     current.replaceWith(fresh);
     document.dispatchEvent(new CustomEvent("gpulse:node-alerts"));
   }
 
-  // A failed fetch (server restarting, network gone) leaves the section as it is; the next one tries again.
-  setInterval(function () { refresh().catch(function () {}); }, REFRESH_MS);
+  S.every(REFRESH_MS, refresh);
 })();

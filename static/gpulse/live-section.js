@@ -1,0 +1,27 @@
+/* A part of a page rendered on the server, kept live by fetching the page again: the alerts
+ * page's rule groups (alerts.js) and the node page's Alerts section (node-alerts.js).
+ */
+(function () {
+  "use strict";
+
+  /* The element with ``id`` in the page at ``url`` as the server renders it now, or null when
+   * the answer is no such page. Logged out meanwhile: the page is reloaded to show the login
+   * page, rather than a part that silently stopped. */
+  async function fetchPart(url, id) {
+    const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+    if (response.redirected) {
+      window.location.reload();
+      return null;
+    }
+    if (!response.ok) return null;
+    return new DOMParser().parseFromString(await response.text(), "text/html").getElementById(id);
+  }
+
+  /* refresh() every ``ms``. A failed fetch (server restarting, network gone) leaves the page as
+   * it is; the next one tries again. */
+  function every(ms, refresh) {
+    setInterval(function () { refresh().catch(function () {}); }, ms);
+  }
+
+  window.GpulseLiveSection = { fetchPart: fetchPart, every: every };
+})();
