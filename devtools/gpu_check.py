@@ -39,7 +39,7 @@ from collectors.health_checks import HealthChecks
 from collectors.nvml import NvmlSource
 from gpulse.throttle import throttle_reasons
 from workers.launcher import run_node
-from workers.report import footer_lines, header_lines, row_line, wrong_total
+from workers.report import table_lines, wrong_total
 from workers.sweep_spec import SweepSpec
 
 MIB = 1 << 20
@@ -314,12 +314,8 @@ def print_call_costs(rows: list[dict]) -> None:
 
 def sweep(spec: SweepSpec) -> dict:
     result = run_node(spec)
-    lines = []
-    if result.rows:  # a job that failed before its first size has no resolved spec to head a report
-        lines = header_lines(result.spec, result.versions)
-        outplace = {row.size: row for row in result.rows if not row.inplace}
-        lines += [row_line(outplace[row.size], row) for row in result.rows if row.inplace]
-        lines += footer_lines(result.rows)
+    # A job that failed before its first size has no resolved spec to head a report.
+    lines = table_lines(result.spec, result.versions, result.rows) if result.rows else []
     return {"status": result.status, "reason": result.reason, "duration_s": round(result.duration_s, 2),
             "wrong": wrong_total(result.rows), "report": lines,
             "rows": [row.to_dict() for row in result.rows]}

@@ -7,7 +7,6 @@ beside the control worker, the control worker for tests that kill it."""
 import os
 import signal
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,37 +15,8 @@ from urllib.parse import quote
 import pytest
 from celery.contrib.testing.worker import start_worker
 
+from devtools.celery_process import spawn_worker, stop_workers, wait_ready
 from workers.celery_app import CONTROL_QUEUE, SCHEDULER_QUEUE, WEBHOOK_QUEUE, app, node_queue
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def spawn_worker(args: list[str], log: Path, env: dict) -> subprocess.Popen:
-    """Start ``celery -A <args>`` as production runs it, its output in ``log``."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", *args, "--without-gossip", "--without-mingle", "-l", "INFO"],
-        cwd=ROOT, env={**os.environ, **env},
-        stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-
-
-def wait_ready(process: subprocess.Popen, log: Path, deadline: float) -> None:
-    while b"ready." not in log.read_bytes():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{log.stem} did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.2)
-
-
-def stop_workers(processes: list[subprocess.Popen]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 class NodeWorkers:

@@ -19,9 +19,9 @@ NODE_PACKAGES = ("collectors", "workers", "gpulse")
 PRODUCTION_PACKAGES = (*NODE_PACKAGES, "dashboard")
 CONTROL_ONLY = {"django", "channels", "dashboard", "devtools"}
 
-# Runs in a fresh interpreter: refuses (as if not installed) and records every
-# import of a control-host-only package, with the module that asked for it.
-NODE_PROCESS = """
+# The start of a script for a fresh interpreter: refuses (as if not installed) and
+# records every import of a control-host-only package, with the module that asked for it.
+REFUSE_CONTROL_HOST = """
 import json, sys
 
 REFUSED = set(sys.argv[1].split(","))
@@ -38,7 +38,9 @@ class NotOnAGpuNode:
         raise ImportError(f"{name} is not installed on a GPU node")
 
 sys.meta_path.insert(0, NotOnAGpuNode())
+"""
 
+NODE_PROCESS = REFUSE_CONTROL_HOST + """
 import collectors.cli, collectors.dcgm, collectors.nvml, collectors.probe
 import workers.node_worker
 from workers.celery_app import app
@@ -62,6 +64,28 @@ def test_the_collector_and_the_node_worker_run_without_django():
     ours = [(name, importer) for name, importer in report["attempts"]
             if (importer or "").split(".")[0] in (*NODE_PACKAGES, "__main__")]
     assert ours == [], f"node code imports control-host packages: {ours}"
+    assert report["loaded"] == []
+
+
+# The developer tools run on GPU nodes, with requirements-node.txt alone.
+NODE_TOOLS_PROCESS = REFUSE_CONTROL_HOST + """
+import devtools.gpu_check, devtools.node_worker_check
+
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in REFUSED)
+print(json.dumps({"attempts": attempts, "loaded": loaded}))
+"""
+
+
+def test_the_gpu_node_tools_import_no_control_host_package():
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    refused = ",".join(sorted(CONTROL_ONLY - {"devtools"}))
+    done = subprocess.run([sys.executable, "-c", NODE_TOOLS_PROCESS, refused], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    ours = [(name, importer) for name, importer in report["attempts"]
+            if (importer or "").split(".")[0] in (*NODE_PACKAGES, "devtools", "__main__")]
+    assert ours == [], f"a GPU node's tool imports control-host packages: {ours}"
     assert report["loaded"] == []
 
 

@@ -92,6 +92,13 @@ def footer_lines(rows: list[Row]) -> list[str]:
             "#", f"# Collective test concluded: {PROGRAM}"]
 
 
+def table_lines(spec: SweepSpec, versions: dict, rows: list[Row]) -> list[str]:
+    """Return a finished sweep's whole report: header, a line per size (out-of-place beside in-place), footer."""
+    outplace = {row.size: row for row in rows if not row.inplace}
+    return [*header_lines(spec, versions), *(row_line(outplace[row.size], row) for row in rows if row.inplace),
+            *footer_lines(rows)]
+
+
 def to_json(spec: SweepSpec, versions: dict, rows: list[Row]) -> dict:
     return {"backend": spec.backend, "world_size": spec.world_size, "dtype": spec.dtype,
             "rows": [row.to_dict() for row in rows], "avg_busbw": avg_busbw(rows), "versions": versions}
