@@ -142,16 +142,17 @@ def outcome(events: list[dict]) -> dict:
     """What the node reported: status, backend and ranks, versions, rows and the report's lines."""
     done = events[-1]
     result = done["result"]
-    spec = SweepSpec.from_dict(result["spec"])
-    rows = [Row(**row) for row in result["rows"]]
+    # A task that failed before run_node returned reports its reason and no result (workers/node_tasks.py).
+    spec = SweepSpec.from_dict(result["spec"]) if "spec" in result else None
+    rows = [Row(**row) for row in result.get("rows", [])]
     streamed = [event["row"] for event in events if event["kind"] == "row"]
     return {
         "status": done["status"], "reason": done["reason"], "crashed": done["crashed"],
-        "duration_s": round(result["duration_s"], 2), "backend": spec.backend,
-        "ranks_per_node": spec.ranks_per_node, "versions": result["versions"], "rows": result["rows"],
-        "rows_streamed": streamed, "wrong": wrong_total(rows),
+        "duration_s": round(result.get("duration_s", 0.0), 2), "backend": spec and spec.backend,
+        "ranks_per_node": spec and spec.ranks_per_node, "versions": result["versions"],
+        "rows": result.get("rows", []), "rows_streamed": streamed, "wrong": wrong_total(rows),
         # A job that failed before its first size has no resolved spec to head a report.
-        "report": table_lines(spec, result["versions"], rows) if rows else [],
+        "report": table_lines(spec, result["versions"], rows) if spec and rows else [],
     }
 
 

@@ -370,6 +370,27 @@ def test_the_control_worker_holds_no_thread_while_a_job_runs(
     assert client.post(f"/api/v1/benchmarks/{long_job}/cancel").json()["status"] == "cancelled"
 
 
+def test_a_node_that_cannot_run_its_task_says_why_at_once_not_at_the_jobs_limit(
+    operator_user, live_nodes, node_workers, control_worker
+):
+    from django.utils import timezone
+
+    from workers.celery_app import app, node_queue
+
+    # A control side a version ahead of the node's worker (a rolling upgrade) sends a parameter the
+    # worker does not know: its task fails before any rank starts. Before, it reported nothing and
+    # the job waited out its 60 s limit (plus 30 s of grace) to end as "no report".
+    node_workers.start("bench-a")
+    job = BenchmarkJob.objects.create(created_by=operator_user, nodes=["bench-a"], ranks_per_node=1, min_bytes=1024,
+                                      max_bytes=65536, timeout_seconds=60, status=JobStatus.RUNNING,
+                                      started=timezone.now())
+    spec = {**job.sweep_spec(0, "127.0.0.1", 29599).to_dict(), "algorithm": "ring"}
+    app.send_task("gpulse.benchmarks.run_node", args=[job.pk, "bench-a", spec], queue=node_queue("bench-a"))
+    job = wait_for(job.pk, {"failed", "timed_out"}, timeout=20)
+    assert job.status == "failed"
+    assert job.reason == "bench-a: its benchmark worker could not run the job: unknown sweep parameters: algorithm"
+
+
 def done(node: str, status: str = "succeeded", reason: str | None = None, crashed: bool = False) -> dict:
     return {"kind": "node_done", "node": node, "node_rank": 0 if node == "bench-a" else 1, "status": status,
             "reason": reason, "crashed": crashed, "result": {}}
