@@ -1,5 +1,7 @@
 """The usage page and the overview's idle KPI in headless Chromium against the whole running system."""
 
+import csv
+import io
 import time
 
 import orjson
@@ -96,3 +98,40 @@ def test_the_usage_page_shows_the_forgotten_notebook_as_the_top_idle_allocation(
     # The overview's KPI counts it among the GPUs allocated but idle.
     admin_page.goto(running_system.base_url + "/")
     admin_page.wait_for_function("() => /^[1-9][0-9]* GPUs?$/.test(document.getElementById('kpi-idle').textContent)")
+
+
+# The By job table's job names in the page, and the <template>s still holding rows back.
+JOB_TABLE = """() => ({
+  jobs: Array.from(document.querySelectorAll("#usage-job tbody tr"), tr => tr.cells[0].textContent),
+  waiting: document.querySelectorAll("#usage-job template").length})"""
+LATER_JOBS = [f"later-{k:02d}" for k in range(40)]
+# Job later-k held a GPU for k + 1 minutes two hours ago (an hour's sums, which the tables read): later-39 is
+# the costliest of them.
+CREATE_LATER_JOBS = (
+    "import datetime as dt; from django.utils import timezone; from dashboard.live.models import UsageHour; "
+    "hour = timezone.now().replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=2); "
+    "UsageHour.objects.bulk_create([UsageHour(hour=hour, node='later-rows', model='', user='lee', "
+    "job=f'later-{k:02d}', pod='', samples=k + 1, seconds=60.0 * (k + 1), allocated_seconds=60.0 * (k + 1), "
+    "busy_seconds=0.0, energy_j=0.0) for k in range(40)])"
+)
+
+
+def test_a_tables_rows_past_the_first_25_are_laid_out_after_the_page(admin_page, running_system):
+    stack = running_system.stack
+    stack.manage("shell", "-c", CREATE_LATER_JOBS)
+    try:
+        admin_page.goto(running_system.base_url + "/usage/?since=24h")
+        served = admin_page.request.get(running_system.base_url + "/usage/?since=24h").text()
+        table = served[served.index('id="usage-job"'):served.index("</table>", served.index('id="usage-job"'))]
+        # As the page opens: 25 rows in the table (and the head's), the others held back in a <template>.
+        assert "<template" in table and table[:table.index("<template")].count("<tr>") == 1 + 25
+        admin_page.wait_for_function(f"() => ({JOB_TABLE})().waiting === 0")
+        shown = admin_page.evaluate(JOB_TABLE)["jobs"]
+        listed = admin_page.request.get(running_system.base_url + admin_page.get_attribute(
+            'a[href^="/usage/job.csv?"]', "href")).text()
+        # Every row the server chose, costliest first, once the page is idle.
+        assert len(shown) == min(100, len(list(csv.reader(io.StringIO(listed)))) - 1) > 25
+        assert [job for job in shown if job.startswith("later-")] == LATER_JOBS[::-1]
+    finally:
+        stack.manage("shell", "-c", "from dashboard.live.models import UsageHour; "
+                     "UsageHour.objects.filter(node='later-rows').delete()")

@@ -19,6 +19,9 @@ TITLES = {"user": "By user", "job": "By job", "node": "By node"}
 FIGURES = ("gpu_hours", "busy_pct", "idle_gpu_hours", "idle_cost", "cost", "kwh", "energy_cost")
 TOP_IDLE = 25
 PAGE_ROWS = 100  # the costliest groups a table shows; a month holds 100,000 jobs, which the CSV has
+# Rows of a table laid out as the page opens; the rest wait in a <template> for later-rows.js. As
+# the page opened, By job's 100 rows were most of its first layout (issue 18, docs/PERFORMANCE.md).
+FIRST_ROWS = 25
 # A spreadsheet reads a cell starting with one of these as a formula (OWASP, "CSV Injection").
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -58,11 +61,12 @@ def usage_page(request):
 
 
 def _shown(table: dict) -> dict:
-    """A table as the template walks it: each row's group (user; job, pod, user; node) as a list."""
+    """A table as the template walks it: each row's group (user; job, pod, user; node) as a list, the
+    first FIRST_ROWS rows apart from the later ones."""
     names = GROUPINGS[table["by"]]
+    rows = [{**row, "group": [row[name] for name in names]} for row in table["rows"]]
     return {**table, "title": TITLES[table["by"]], "names": names, "width": len(_columns(table["by"])),
-            "cut": len(table["rows"]) == PAGE_ROWS,
-            "rows": [{**row, "group": [row[name] for name in names]} for row in table["rows"]]}
+            "cut": len(rows) == PAGE_ROWS, "rows": rows[:FIRST_ROWS], "later_rows": rows[FIRST_ROWS:]}
 
 
 def _defused(value):
