@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from workers.allreduce import pattern_for
+from workers.errors import LINE_CHARS, in_a_line
 from workers.report import footer_lines, row_line
 from workers.sweep_spec import DTYPES, Row, SpecError, SweepSpec, algbw, busbw, format_size, parse_size, sweep_sizes
 
@@ -145,3 +146,13 @@ def test_the_footer_fails_on_wrong_values_and_says_when_unchecked():
     assert footer_lines([_row(1024, False, None)])[0] == "# Out of bounds values : N/A (check off)"
     assert footer_lines([_row(1024, False, 0)]) == ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.85",
                                                     "#", "# Collective test concluded: all_reduce_perf"]
+
+
+def test_an_exception_is_one_bounded_line_for_a_reason():
+    torch_like = RuntimeError("NCCL error: unhandled system error\n"
+                              "Exception raised from ... (most recent call first):\n#0 c10::")
+    assert in_a_line(torch_like) == "RuntimeError: NCCL error: unhandled system error"
+    assert in_a_line(SpecError("unknown sweep parameters: algorithm"), with_type=False) == \
+        "unknown sweep parameters: algorithm"
+    assert in_a_line(ValueError("\n \nx\ny")) == "ValueError: x"  # the first line with words
+    assert len(in_a_line(ValueError("y" * 10_000))) == LINE_CHARS

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import NamedTuple
 
+from workers.errors import in_a_line
 from workers.sweep_spec import DTYPES, REDOP, Row, SweepSpec, algbw, busbw, sweep_sizes
 
 # Store key each rank increments on connecting, so the node-0 launcher can say
@@ -262,9 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         run_rank(SweepSpec.from_dict(json.loads(args.spec)), args.local_rank, report)
     except Exception as exc:  # every failure goes to the launcher as its reason
-        # torch appends C++ stack frames on later lines; the first says what happened.
-        first_line = next((line for line in str(exc).splitlines() if line.strip()), "")
-        report.send("error", message=f"{type(exc).__name__}: {first_line}".strip()[:500])
+        report.send("error", message=in_a_line(exc))
         sys.exit(1)
 
 

@@ -5,6 +5,7 @@ import logging
 from gpulse.keys import Keys
 from workers import job_events
 from workers.celery_app import BENCHMARK_HARD_LIMIT, CONTROL_QUEUE, app
+from workers.errors import in_a_line
 from workers.job_status import JobStatus
 from workers.launcher import run_node
 from workers.redis_client import redis_client
@@ -48,7 +49,8 @@ def run_benchmark_node(job_id: int, node: str, spec: dict) -> str:
         # Unreported, the control side would wait out the job's limit and then call this node silent.
         log.exception("job %s on %s: the task failed; reporting that as the node's outcome", job_id, node)
         status = JobStatus.FAILED
-        report = {"status": status, "reason": f"its benchmark worker could not run the job: {why(exc)}",
+        why = in_a_line(exc, with_type=not isinstance(exc, SpecError))  # a SpecError's words are for people
+        report = {"status": status, "reason": f"its benchmark worker could not run the job: {why}",
                   "crashed": False, "result": {"versions": {}}}
     else:
         status = result.status
@@ -60,8 +62,3 @@ def run_benchmark_node(job_id: int, node: str, spec: dict) -> str:
     # the same events.
     app.send_task("gpulse.benchmarks.node_reported", args=[job_id], queue=CONTROL_QUEUE)
     return status
-
-
-def why(exc: Exception) -> str:
-    """An exception in a line: a SpecError's message is written for people, others need their type too."""
-    return str(exc) if isinstance(exc, SpecError) else f"{type(exc).__name__}: {exc}"
