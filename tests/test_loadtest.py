@@ -10,6 +10,8 @@ import orjson
 import psutil
 import pytest
 
+from devtools.loadtest.meter import MemoryMeter
+
 ROOT = Path(__file__).resolve().parent.parent
 NODES = 20
 
@@ -59,3 +61,27 @@ def test_the_load_test_drives_the_whole_pipeline_and_reports_sane_numbers():
 
     # Everything it started (Redis, web, ingest, collectors) is gone with it.
     assert processes_marked(mark) == []
+
+
+# A process that, after a moment, starts a child holding 200 MiB it has written to, as a node worker starts a
+# benchmark job's ranks.
+STARTS_A_CHILD_LATER = """
+import subprocess, sys, time
+time.sleep(0.5)
+subprocess.run([sys.executable, "-c", "held = b'x' * (200 * 2**20); import time; time.sleep(3)"])
+"""
+
+
+@pytest.mark.timeout(30)
+def test_the_memory_meter_counts_the_processes_a_system_starts_after_it_began():
+    parent = subprocess.Popen([sys.executable, "-c", STARTS_A_CHILD_LATER])
+    try:
+        meter = MemoryMeter([parent.pid], every=0.2)
+        meter.start()
+        parent.wait(timeout=20)
+        meter.stop()
+    finally:
+        parent.kill()
+    assert meter.processes_at_peak == 2
+    assert meter.peak_pss >= 200 * 2**20 and meter.peak_rss >= meter.peak_pss
+    assert meter.result()["peak_pss_mib"] >= 200

@@ -1,5 +1,6 @@
 """CPU and memory of the processes under load, read with psutil."""
 
+import threading
 import time
 
 import psutil
@@ -55,3 +56,61 @@ class ProcessMeter:
     @property
     def peak_rss_mb(self) -> float:
         return self.peak_rss / 2**20
+
+
+class MemoryMeter:
+    """The peak memory of a system: its processes and every process they start (a benchmark job's ranks),
+    sampled every ``every`` seconds by a thread of its own between start() and stop().
+
+    Two sums, as smem gives them. RSS counts a page that several processes share (the interpreter,
+    Django, torch) once in each of them, so it overstates; PSS splits each shared page among its
+    sharers, so the processes' PSS adds up to the memory they take from the machine together.
+    """
+
+    def __init__(self, pids: list[int], every: float = 1.0):
+        self.roots = [psutil.Process(pid) for pid in pids]
+        self.every = every
+        self.peak_rss = 0
+        self.peak_pss = 0
+        self.processes_at_peak = 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-meter", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join()
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.every):
+            self.sample()
+
+    def sample(self) -> None:
+        rss = pss = count = 0
+        for process in self._every_process():
+            try:
+                memory = process.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue  # ended between the listing and the reading
+            rss += memory.rss
+            pss += memory.pss
+            count += 1
+        self.peak_rss = max(self.peak_rss, rss)
+        if pss > self.peak_pss:
+            self.peak_pss, self.processes_at_peak = pss, count
+
+    def _every_process(self) -> list[psutil.Process]:
+        found = []
+        for root in self.roots:
+            try:
+                found += [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+    def result(self) -> dict:
+        return {"peak_rss_mib": round(self.peak_rss / 2**20), "peak_pss_mib": round(self.peak_pss / 2**20),
+                "processes": self.processes_at_peak}

@@ -4,7 +4,9 @@ Everything runs from the checkout as in production (uvicorn serving
 dashboard.asgi with the flags start() explains, `manage.py ingest`, `python -m
 collectors`), started and stopped through devtools.stack.Stack; only the data is
 throw-away: a temporary SQLite database and, unless a Redis URL is given, a
-private Redis server.
+private Redis server. With whole_demo, it is the system exactly as `make demo`
+starts it (Stack.start: the control, webhook and node workers too, and Redis's
+role users), logged in to as its admin.
 """
 
 import http.cookiejar
@@ -48,18 +50,21 @@ class LoadSystem:
         redis_url: str | None = None,
         ws_compression: bool = False,
         database_url: str | None = None,
+        whole_demo: bool = False,
     ):
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
         self.interval = interval
-        self.collectors = collectors or collector_count(nodes)
+        self.whole_demo = whole_demo
+        self.collectors = 1 if whole_demo else collectors or collector_count(nodes)
         if self.collectors > nodes:
             raise ValueError(f"{self.collectors} collectors cannot share {nodes} nodes")
         self.ws_compression = ws_compression
         self.state_dir = Path(tempfile.mkdtemp(prefix="gpulse-loadtest-"))
         self.password = secrets.token_urlsafe(16)
-        # Its own user each run: a database given with --database-url may hold an earlier run's.
-        self.username = f"loadtest-{secrets.token_hex(4)}"
+        # Its own user each run: a database given with --database-url may hold an earlier run's. The demo
+        # makes its admin, with the password from GPULSE_ADMIN_PASSWORD.
+        self.username = "admin" if whole_demo else f"loadtest-{secrets.token_hex(4)}"
         # On a Redis that is not ours, a prefix of our own keeps other data apart.
         self.prefix = None if redis_url is None else f"gpulse-loadtest-{secrets.token_hex(4)}:"
         self.keys = Keys(self.prefix)
@@ -69,7 +74,7 @@ class LoadSystem:
             extra_env["GPULSE_REDIS_PREFIX"] = self.prefix
         self.stack = Stack(
             free_port(), self.state_dir, redis_url=redis_url, database_url=database_url, sim_nodes=nodes,
-            sim_gpus=gpus_per_node, interval=interval, node_workers=False, extra_env=extra_env,
+            sim_gpus=gpus_per_node, interval=interval, node_workers=whole_demo, extra_env=extra_env,
         )
 
     @property
@@ -86,11 +91,15 @@ class LoadSystem:
         roles: dict[str, list[int]] = {}
         for name, process in self.stack.processes:
             roles.setdefault(name.split("-")[0], []).append(process.pid)
-        if self.redis is not None and self.redis.process is not None:
-            roles["redis"] = [self.redis.process.pid]
+        redis_server = self.redis or self.stack.redis
+        if redis_server is not None and redis_server.process is not None:
+            roles["redis"] = [redis_server.process.pid]
         return roles
 
     def start(self) -> "LoadSystem":
+        if self.whole_demo:
+            self.stack.start()
+            return self
         if self.stack.redis_url is None:
             self.redis = EmbeddedRedis(directory=str(self.state_dir / "redis")).start()
             self.stack.redis_url = self.redis.url
