@@ -19,6 +19,9 @@ from tests.browser import log_in
 pytestmark = pytest.mark.browser
 
 ZONES = ("America/Los_Angeles", "Asia/Tokyo")
+# The names Chromium gives those zones in the text of a Date, in English.
+ZONE_NAMES = {"America/Los_Angeles": ("Pacific Standard Time", "Pacific Daylight Time"),
+              "Asia/Tokyo": ("Japan Standard Time",)}
 # The newest point of the live utilization chart (time-chart.js on uPlot): its unix time, its time as the chart's
 # tooltip shows it with the pointer there, the end of the time axis (unix) and the axis' tick labels (uPlot keeps
 # each axis' drawn labels in _values).
@@ -43,6 +46,16 @@ def banner_clock(text: str) -> tuple[int, int, int]:
     if half:
         hour = hour % 12 + (12 if half == "PM" else 0)
     return hour, minute, second
+
+
+def zone_said(zone: str) -> str:
+    """What a page says of the browser's zone now: "Pacific Standard Time (UTC−08:00)"."""
+    now = datetime.now(ZoneInfo(zone))
+    offset, summer = now.utcoffset(), now.dst()
+    assert offset is not None
+    minutes = int(offset.total_seconds() // 60)
+    name = next(n for n in ZONE_NAMES[zone] if ("Daylight" in n) == bool(summer))
+    return f"{name} (UTC{'−' if minutes < 0 else '+'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d})"
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:
@@ -83,10 +96,39 @@ def test_a_browser_in_any_zone_reads_the_same_local_time_on_axis_and_banner(chro
                 assert abs(axis["end"] - now.timestamp()) < 60
                 hours = {int(tick[:2]) for tick in axis["ticks"] if re.match(r"\d{2}:\d{2}", tick)}
                 assert hours and hours <= {now.hour, (now.hour - 1) % 24}, (zone, axis["ticks"])
-                assert zone in page.text_content("#time-zone")
+                assert page.text_content("#time-zone") == "times in " + zone_said(zone)
                 assert page.get_attribute("#node-banner", "title").endswith(" UTC")
             finally:
                 context.close()
     finally:
         client.hdel(keys.simulator_faults, "sim-04")
     wait_until(lambda: client.exists(keys.node("sim-04")), 15, "sim-04 to report again")
+
+
+# Counts the Intl.DateTimeFormat objects the page makes: the first one loads ICU's data (15-60 ms).
+COUNT_DATE_FORMATS = """(() => {
+  const Made = Intl.DateTimeFormat;
+  window.gpulseDateFormatsMade = 0;
+  Intl.DateTimeFormat = function (...args) { window.gpulseDateFormatsMade += 1; return new Made(...args); };
+})();"""
+
+
+def test_the_health_page_names_the_zone_without_loading_icu(chromium, running_system):
+    """Its zone's name took an Intl.DateTimeFormat, ICU's 15-60 ms in the task evaluating the page's
+    script: now and then a long task as /health/ loaded (issue 18). /usage/ says the zone the same way
+    (its charts' uPlot makes a DateTimeFormat of its own as it is evaluated)."""
+    zone = "Asia/Tokyo"
+    context = chromium.new_context(viewport=VIEWPORT, timezone_id=zone)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        log_in(page, running_system.base_url, running_system.username, running_system.password, "/health/")
+        context.add_init_script(COUNT_DATE_FORMATS)
+        for path in ("/health/", "/usage/"):
+            page.goto(running_system.base_url + path)
+            page.wait_for_function("() => document.getElementById('time-zone').textContent !== ''")
+            assert page.text_content("#time-zone").endswith("times in " + zone_said(zone)), path
+            if path == "/health/":
+                assert page.evaluate("() => window.gpulseDateFormatsMade") == 0
+    finally:
+        context.close()

@@ -84,13 +84,16 @@
       pad(d.getHours(), 2) + ":" + pad(d.getMinutes(), 2) + ":" + pad(d.getSeconds(), 2) + "." + pad(d.getMilliseconds(), 3);
   }
 
-  /* The browser's zone: "America/Los_Angeles (UTC−08:00)". */
+  /* The browser's zone: "Pacific Standard Time (UTC−08:00)". Its name from Date's own text, not from
+   * an Intl.DateTimeFormat: the first of those a page makes loads ICU's data, 15-60 ms in Chromium,
+   * which made /health/'s load hold a long task now and then (issue 18, docs/PERFORMANCE.md). */
   function zoneName() {
-    const minutes = -new Date().getTimezoneOffset();
+    const now = new Date();
+    const minutes = -now.getTimezoneOffset();
     const sign = minutes < 0 ? "−" : "+";
     const offset = "UTC" + sign + pad(Math.floor(Math.abs(minutes) / 60), 2) + ":" + pad(Math.abs(minutes) % 60, 2);
-    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
-    return zone ? zone + " (" + offset + ")" : offset;
+    const named = /\(([^()]+)\)$/.exec(now.toString()); // "... GMT-0800 (Pacific Standard Time)"
+    return named ? named[1] + " (" + offset + ")" : offset;
   }
 
   /* A clock skew in seconds (node minus server) as "+1 h" or "−42 s". */
