@@ -76,9 +76,16 @@
   let renderQueued = false;
   let lastTableAt = 0;
   let tableOrder = null; // [key, dir] the order switch asked of the table, applied when it is next drawn
+  // The first snapshot lays the model out (its cells' arrays): nothing can be drawn before. A view
+  // chosen in the URL (?order=problems) asks for a drawing as the page starts, which the KPIs once
+  // met with no cells and threw on.
+  let laidOut = false;
 
   const model = window.GpulseCluster.create({
-    laidOut: function () { heatmap.laidOut(); },
+    laidOut: function () {
+      laidOut = true;
+      heatmap.laidOut();
+    },
     rowWritten: function (r) { heatmap.rowChanged(r); },
     resync: resync,
   });
@@ -127,6 +134,7 @@
 
   function render() {
     renderQueued = false;
+    if (!laidOut) return;
     const started = performance.now();
     if (heatmap.render()) model.tableChanged = true;
     const heatmapDone = performance.now();
