@@ -63,14 +63,27 @@ def chromium() -> Browser:
         browser.close()
 
 
+@contextmanager
+def failing_on_script_errors(page: Page) -> Iterator[Page]:
+    """Yield ``page``; at the end, fail on any error its scripts threw and nobody caught (an overview
+    drawing that threw on a model not yet laid out once went unnoticed: its test still passed)."""
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(f"{error}\n{error.stack}"))
+    yield page
+    assert not errors, f"the page's scripts threw: {errors}"
+
+
 @pytest.fixture
 def browser_page(chromium) -> Page:
     """A fresh page in its own context: no cookies, no local storage from other tests."""
     context = chromium.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.set_default_timeout(15_000)
-    yield page
-    context.close()
+    try:
+        with failing_on_script_errors(page):
+            yield page
+    finally:
+        context.close()
 
 
 # A job's page says the job has ended, however it ended.
@@ -115,9 +128,10 @@ def logged_in_page(chromium: Browser, base_url: str, username: str, password: st
         context.add_init_script(init_script)
     page = context.new_page()
     page.set_default_timeout(timeout_ms)
-    log_in(page, base_url, username, password, next_path)
     try:
-        yield page
+        with failing_on_script_errors(page):
+            log_in(page, base_url, username, password, next_path)
+            yield page
     finally:
         context.close()
 
@@ -138,6 +152,9 @@ def admin_context(chromium, running_system) -> BrowserContext:
 def admin_page(admin_context) -> Page:
     page = admin_context.new_page()
     page.set_default_timeout(15_000)
-    yield page
-    page.evaluate("localStorage.clear()")  # choices a test made (heatmap metric) must not leak into the next
-    page.close()
+    try:
+        with failing_on_script_errors(page):
+            yield page
+    finally:
+        page.evaluate("localStorage.clear()")  # choices a test made (heatmap metric) must not leak into the next
+        page.close()

@@ -198,8 +198,6 @@ def test_the_overview_keeps_its_colour_in_the_url(admin_page, chromium, running_
 def test_problems_first_puts_a_lost_gpus_node_on_top_with_its_cell_outlined(admin_page, running_system):
     faults, key = running_system.redis(), Keys().simulator_faults
     page = admin_page
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(f"{error}\n{error.stack}"))
     page.goto(running_system.base_url + "/?order=problems")
     page.wait_for_function(OVERVIEW_DRAWN)
     assert page.input_value("#node-order") == "problems"
@@ -207,8 +205,8 @@ def test_problems_first_puts_a_lost_gpus_node_on_top_with_its_cell_outlined(admi
         faults.hset(key, "sim-03/5", "lost")
         # Waited for in the drawing the assertions read, not in the labels alone: once, in a full run, the
         # labels had sim-03 on top while the drawing held no outline (not reproduced since). Labels and
-        # cells are drawn in one call, so only an error could part them: any fails the test (the check
-        # found one: the KPIs threw when ?order= asked for a drawing before the first snapshot).
+        # cells are drawn in one call, so only an error could part them: admin_page fails on any (it
+        # found one here: the KPIs threw when ?order= asked for a drawing before the first snapshot).
         page.wait_for_function(f"() => ({HEAT_LABELS})()[0].startsWith('sim-03') && {LOST_SHOWN_AT}(0)")
         page.wait_for_function("() => document.querySelector('#node-table tbody tr').dataset.node === 'sim-03'")
         # A red square on a white halo, on the lost GPU only.
@@ -218,7 +216,6 @@ def test_problems_first_puts_a_lost_gpus_node_on_top_with_its_cell_outlined(admi
         page.wait_for_url(running_system.base_url + "/")
         page.wait_for_function(f"() => ({HEAT_LABELS})()[0] === 'sim-01' && {LOST_SHOWN_AT}(2)")
         assert page.evaluate(OUTLINES, RED) == [{"cell": [5, 2], "red": True, "halo": True}]
-        assert errors == []
     finally:
         faults.delete(key)
     page.wait_for_function("() => document.getElementById('heatmap').gpulseDrawn.faults.x.length === 0", timeout=15_000)
