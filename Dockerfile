@@ -23,8 +23,8 @@ RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && node build.
 # uPlot for the node and usage pages' charts, as `make uplot-js` installs it.
 FROM node:20-slim AS uplot-js
 WORKDIR /uplot
-COPY vendor/uplot/package.json vendor/uplot/package-lock.json ./
-RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+COPY vendor/uplot/package.json vendor/uplot/package-lock.json vendor/uplot/index.js vendor/uplot/build.js ./
+RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && node build.js
 
 
 FROM python:3.11-slim AS node
@@ -67,7 +67,7 @@ RUN pip install --extra-index-url "https://download.pytorch.org/whl/${TORCH_VARI
 
 COPY . .
 COPY --from=plotly-js /plotly/dist vendor/plotly/dist
-COPY --from=uplot-js /uplot/node_modules/uplot/dist vendor/uplot/node_modules/uplot/dist
+COPY --from=uplot-js /uplot/dist vendor/uplot/dist
 # Static files are collected into the image.
 RUN python manage.py collectstatic --noinput --verbosity 0
 

@@ -69,14 +69,15 @@ $(PLOTLY_JS): vendor/plotly/package.json vendor/plotly/package-lock.json vendor/
 	node vendor/plotly/build.js
 
 # uPlot for the node and usage pages' charts (the node page's live ones are redrawn every
-# second, where a Plotly redraw cost about 23 ms a chart; issue 18): npm ci installs the exact version of
-# vendor/uplot/package-lock.json and checks its sha512; dashboard/settings.py serves
-# its dist/ as static/vendor/uplot/. Again only when one of those files changed.
-UPLOT_JS := vendor/uplot/node_modules/uplot/dist/uPlot.iife.min.js
+# second, where a Plotly redraw cost about 23 ms a chart; issue 18): npm ci installs the exact versions of
+# vendor/uplot/package-lock.json and checks each one's sha512; build.js bundles uPlot with its
+# locale formats made when first used; dashboard/settings.py serves vendor/uplot/dist/ as
+# static/vendor/uplot/. Again only when one of those files changed.
+UPLOT_JS := vendor/uplot/dist/uplot-gpulse.min.js
 uplot-js: $(UPLOT_JS)
-$(UPLOT_JS): vendor/uplot/package.json vendor/uplot/package-lock.json | npm
+$(UPLOT_JS): vendor/uplot/package.json vendor/uplot/package-lock.json vendor/uplot/index.js vendor/uplot/build.js | npm
 	npm ci --prefix vendor/uplot --ignore-scripts --no-audit --no-fund --loglevel=error
-	touch $@
+	node vendor/uplot/build.js
 
 # PYTEST_ARGS narrows a run, e.g. PYTEST_ARGS='-m "not browser"' or a test file.
 test: $(STAMP) system-packages axe plotly-js uplot-js
@@ -88,4 +89,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .demo staticfiles node_modules vendor/plotly/node_modules vendor/plotly/dist vendor/uplot/node_modules
+	rm -rf $(VENV) .demo staticfiles node_modules vendor/plotly/node_modules vendor/plotly/dist vendor/uplot/node_modules vendor/uplot/dist

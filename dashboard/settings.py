@@ -15,7 +15,7 @@ from gpulse.keys import DEFAULT_PREFIX, DEFAULT_REDIS_URL, Keys
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The one Plotly.js the pages load (templates/plotly.html); devtools/plotly_css.py reads its styles.
 PLOTLY_JS = BASE_DIR / "vendor/plotly/dist/plotly-gpulse.min.js"
-UPLOT_DIST = BASE_DIR / "vendor/uplot/node_modules/uplot/dist"
+UPLOT_DIST = BASE_DIR / "vendor/uplot/dist"
 
 DEBUG = env_bool("GPULSE_DEBUG", False)
 # Development only: production deployments set SECRET_KEY in the environment.

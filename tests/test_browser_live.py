@@ -296,7 +296,7 @@ def test_every_request_stays_on_the_dashboard_host(admin_page, running_system):
     admin_page.wait_for_function("() => document.getElementById('live-util').timeChart.uplot")
     # The chart library comes from the dashboard itself: clusters are often air-gapped
     # (test_browser_plotly_bundle: Plotly's too).
-    assert bundles["uPlot.iife.min.js"] in (200, 304)
+    assert bundles["uplot-gpulse.min.js"] in (200, 304)
     host = f"127.0.0.1:{running_system.port}"
     outside = [url for url in requests if not re.match(rf"(https?|wss?)://{re.escape(host)}/", url)]
     assert not outside, f"requests left the dashboard host: {outside}"

@@ -189,12 +189,14 @@ def test_the_dockerfile_builds_a_slim_node_image_and_the_control_image_on_it():
     assert control.index("COPY --from=plotly-js /plotly/dist vendor/plotly/dist") < control.index("collectstatic")
     # uPlot likewise, where dashboard/settings.py serves it from.
     uplot_base, uplot_js = stages["uplot-js"]
-    assert uplot_base.startswith("node:") and "RUN npm ci " in uplot_js and "vendor/uplot/package-lock.json" in uplot_js
+    assert uplot_base.startswith("node:") and "RUN npm ci " in uplot_js and "node build.js" in uplot_js
+    assert "vendor/uplot/package-lock.json" in uplot_js
     uplot_dist = str(UPLOT_DIST.relative_to(ROOT))
     assert control.index(f"COPY --from=uplot-js /uplot/{uplot_dist.removeprefix('vendor/uplot/')} {uplot_dist}") < \
         control.index("collectstatic")
     ignored = (ROOT / ".dockerignore").read_text().splitlines()
-    assert {"vendor/plotly/node_modules", "vendor/plotly/dist", "vendor/uplot/node_modules"} <= set(ignored)
+    assert {"vendor/plotly/node_modules", "vendor/plotly/dist",
+            "vendor/uplot/node_modules", "vendor/uplot/dist"} <= set(ignored)
     healthcheck = re.search(r'^HEALTHCHECK .*\n\s+CMD python -c "(.*)"$', control, re.M)
     compile(healthcheck.group(1), "HEALTHCHECK", "exec")
     assert "/healthz" in healthcheck.group(1)

@@ -21,12 +21,25 @@
     return isNum(value) ? value.toFixed(digits) : "—";
   }
 
-  /* Dollars as $1,234.56. Written out, not by toLocaleString: its first call in a page loads
-   * the number formats, 17-19 ms in Chromium, inside the overview's first drawing (issue 18). */
+  /* "1234567.891" as "1,234,567.891". Written out, not by toLocaleString or an Intl.NumberFormat:
+   * the first of those a page makes loads ICU's data, 15-74 ms in Chromium, a long task now and
+   * then as a page loads (issue 18, docs/PERFORMANCE.md). */
+  function withThousands(digits) {
+    const parts = digits.split(".");
+    return parts[0].replace(/\B(?=(\d{3})+$)/g, ",") + (parts.length > 1 ? "." + parts[1] : "");
+  }
+
+  /* Dollars as $1,234.56. */
   function usd(value) {
     if (!isNum(value)) return "—";
-    const parts = Math.abs(value).toFixed(2).split(".");
-    return (value < 0 ? "-$" : "$") + parts[0].replace(/\B(?=(\d{3})+$)/g, ",") + "." + parts[1];
+    return (value < 0 ? "-$" : "$") + withThousands(Math.abs(value).toFixed(2));
+  }
+
+  /* A chart's axis number, as uPlot's own labels read: thousands separated, up to 3 decimals. */
+  function axisNumber(value) {
+    if (!isNum(value)) return "";
+    const digits = String(Math.abs(Number(value.toFixed(3))));
+    return (value < 0 && digits !== "0" ? "-" : "") + withThousands(digits);
   }
 
   function age(seconds) {
@@ -58,13 +71,14 @@
     return value.toFixed(value < 10 && unit > 0 ? 1 : 0) + " " + units[unit];
   }
 
-  // Times read in the browser's own zone, its name shown with them ("9:22:13 PM PST").
+  // Times read in the browser's own zone, its offset shown with them ("21:22:13 UTC−08:00"), written
+  // out as the charts' ticks are (localDateTime): toLocaleString's first call loads ICU (withThousands).
   function clockTime(ts) {
-    return isNum(ts) ? new Date(ts * 1000).toLocaleTimeString(undefined, { timeZoneName: "short" }) : "—";
+    return isNum(ts) ? localDateTime(ts).slice(11, 19) + " " + utcOffset(new Date(ts * 1000)) : "—";
   }
 
   function dateTime(ts) {
-    return isNum(ts) ? new Date(ts * 1000).toLocaleString(undefined, { timeZoneName: "short" }) : "—";
+    return isNum(ts) ? localDateTime(ts).slice(0, 19) + " " + utcOffset(new Date(ts * 1000)) : "—";
   }
 
   /* "2026-11-23 18:09:54 UTC", for titles beside a local time. */
@@ -89,11 +103,16 @@
    * which made /health/'s load hold a long task now and then (issue 18, docs/PERFORMANCE.md). */
   function zoneName() {
     const now = new Date();
-    const minutes = -now.getTimezoneOffset();
-    const sign = minutes < 0 ? "−" : "+";
-    const offset = "UTC" + sign + pad(Math.floor(Math.abs(minutes) / 60), 2) + ":" + pad(Math.abs(minutes) % 60, 2);
+    const offset = utcOffset(now);
     const named = /\(([^()]+)\)$/.exec(now.toString()); // "... GMT-0800 (Pacific Standard Time)"
     return named ? named[1] + " (" + offset + ")" : offset;
+  }
+
+  /* The browser's zone's offset at ``date``: "UTC−08:00" (summer time included). */
+  function utcOffset(date) {
+    const minutes = -date.getTimezoneOffset();
+    const sign = minutes < 0 ? "−" : "+";
+    return "UTC" + sign + pad(Math.floor(Math.abs(minutes) / 60), 2) + ":" + pad(Math.abs(minutes) % 60, 2);
   }
 
   /* A clock skew in seconds (node minus server) as "+1 h" or "−42 s". */
@@ -185,6 +204,7 @@
     numberOrNull: numberOrNull,
     fixed: fixed,
     usd: usd,
+    axisNumber: axisNumber,
     age: age,
     gib: gib,
     GIB: GIB,

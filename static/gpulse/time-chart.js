@@ -165,7 +165,8 @@
       axes: [
         { stroke: ink, font: FONT, grid: grid, ticks: ticks, space: 70, // px between time labels, at least
           values: function (u, splits, axis, space, step) { return splits.map(function (ts) { return tickLabel(ts, step); }); } },
-        { stroke: ink, font: FONT, grid: grid, ticks: ticks, size: 46 },
+        { stroke: ink, font: FONT, grid: grid, ticks: ticks, size: 46,
+          values: function (u, splits) { return splits.map(L.axisNumber); } },
       ],
       series: series(view),
       bands: bands(view),
