@@ -53,4 +53,7 @@ esbuild
     logLevel: "warning",
   })
   .then(() => fs.copyFileSync(require.resolve("uplot/dist/uPlot.min.css"), path.join(DIST, "uPlot.min.css")))
-  .catch(() => process.exit(1));
+  .catch((error) => {
+    if (!error.errors) console.error(error); // esbuild has printed its own
+    process.exit(1);
+  });
