@@ -20,7 +20,7 @@ WORKDIR /plotly
 COPY vendor/plotly/package.json vendor/plotly/package-lock.json vendor/plotly/index.js vendor/plotly/build.js ./
 RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && node build.js
 
-# uPlot for the node and usage pages' charts, as `make uplot-js` installs it.
+# uPlot for the node and usage pages' charts, as `make uplot-js` builds it.
 FROM node:20-slim AS uplot-js
 WORKDIR /uplot
 COPY vendor/uplot/package.json vendor/uplot/package-lock.json vendor/uplot/index.js vendor/uplot/build.js ./

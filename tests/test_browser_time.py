@@ -134,8 +134,8 @@ def test_a_browser_in_any_zone_reads_the_same_local_time_on_axis_and_banner(chro
 
 def test_the_live_pages_load_without_icu(chromium, running_system):
     """The first locale format a page made loaded ICU's data, 15-74 ms in the task that made it: /health/'s
-    zone name, uPlot's number and zone formats as it was evaluated, /usage/'s y axis, the node page's times
-    in words; now and then a long task as a page loaded (issue 18). The zone's name, the times and the
+    zone name, uPlot's number and zone formats as it was evaluated, /usage/'s y axis, the node page's times in
+    the locale's format; now and then a long task as a page loaded (issue 18). The zone's name, the times and the
     charts' numbers are written without them, and uPlot makes its formats when first asked for one."""
     zone = "Asia/Tokyo"
     context = chromium.new_context(viewport=VIEWPORT, timezone_id=zone)

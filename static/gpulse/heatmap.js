@@ -123,8 +123,9 @@
     // in display order, the scale's range, the fault outlines' cells.
     const drawn = (els.heatmap.gpulseDrawn = { z: [], text: [], zmin: 0, zmax: 0, faults: { x: [], y: [] } });
     const grid = buildGrid();
+    // Read at the first paint, not here: read as the page's scripts run, the computed style
+    // took the page's first style pass into the overview's start (issue 18).
     const theme = {};
-    readTheme();
     let hoverMouse = null; // where the tooltip was asked for, to refresh its values each frame
     // The picked cell: {name, g, p (its last row on screen, for when its node goes), touch (a tap picked it)}.
     let picked = null;
@@ -342,6 +343,7 @@
      * roomy cells, the wash over stale rows and the fault outlines. A few milliseconds at
      * 2,000 GPUs. */
     function paint() {
+      if (!theme.hatch) readTheme();
       const n = model.names.length, cols = model.cols;
       const ctx = grid.canvas.getContext("2d");
       const geo = geometry;
