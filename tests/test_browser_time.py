@@ -76,11 +76,16 @@ def banner_clock(text: str) -> tuple[int, int, int]:
 def zone_said(zone: str) -> str:
     """What a page says of the browser's zone now: "Pacific Standard Time (UTC−08:00)"."""
     now = datetime.now(ZoneInfo(zone))
-    offset, summer = now.utcoffset(), now.dst()
+    name = next(n for n in ZONE_NAMES[zone] if ("Daylight" in n) == bool(now.dst()))
+    return f"{name} ({utc_offset(now)})"
+
+
+def utc_offset(moment: datetime) -> str:
+    """A zone's offset at ``moment`` as the pages write it: "UTC−08:00"."""
+    offset = moment.utcoffset()
     assert offset is not None
     minutes = int(offset.total_seconds() // 60)
-    name = next(n for n in ZONE_NAMES[zone] if ("Daylight" in n) == bool(summer))
-    return f"{name} (UTC{'−' if minutes < 0 else '+'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d})"
+    return f"UTC{'−' if minutes < 0 else '+'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:
@@ -100,8 +105,8 @@ def test_a_browser_in_any_zone_reads_the_same_local_time_on_axis_and_banner(chro
         for zone in ZONES:
             local = datetime.fromtimestamp(last_ts, ZoneInfo(zone))
             context = chromium.new_context(viewport=VIEWPORT, timezone_id=zone)
-            context.add_init_script(COUNT_ICU)  # the banner's time written without ICU, as the axis' is
             try:
+                context.add_init_script(COUNT_ICU)  # the banner's time written without ICU, as the axis' is
                 page = context.new_page()
                 page.set_default_timeout(15_000)
                 log_in(page, running_system.base_url, running_system.username, running_system.password,
@@ -114,6 +119,8 @@ def test_a_browser_in_any_zone_reads_the_same_local_time_on_axis_and_banner(chro
                 axis = page.evaluate(LAST_POINT)
 
                 assert banner_clock(banner) == (local.hour, local.minute, local.second), (zone, banner)
+                # The whole time, with its zone's offset as the page's zone name says it.
+                assert f"{local:%Y-%m-%d %H:%M:%S} {utc_offset(local)}" in banner, (zone, banner)
                 assert abs(axis["x"] - last_ts) < 0.01, (zone, axis)  # placed at its time, unshifted
                 assert axis["point"][11:19] == local.strftime("%H:%M:%S"), (zone, axis)
                 assert axis["point"][:10] == local.strftime("%Y-%m-%d"), (zone, axis)
