@@ -111,7 +111,8 @@
   function create(model, view, els, onOpen) {
     const cells = model.cells;
     const rows = model.rows;
-    const dirty = { layout: true, cells: false, labels: true, dots: true };
+    // size: the first drawing's labels and canvas height are laid out; the canvas is sized and painted next.
+    const dirty = { layout: true, size: false, cells: false, labels: true, dots: true };
     // Rows on screen: z and cellText are in display order; order[p] is the model row shown at p, at[r] where row r is.
     let order = [];
     let at = new Int32Array(0);
@@ -327,7 +328,7 @@
     /* The canvas sized to the cells: one row of rowPixels per node, the panel's width. */
     function sizeCanvas() {
       const n = model.names.length;
-      const height = Math.max(n, 1) * rowPixels(n);
+      const height = canvasHeight();
       grid.canvas.style.height = height + "px";
       const ratio = window.devicePixelRatio || 1;
       const width = grid.canvas.clientWidth;
@@ -336,6 +337,11 @@
       if (grid.canvas.width !== w) grid.canvas.width = w;
       if (grid.canvas.height !== h) grid.canvas.height = h;
       nameColumns();
+    }
+
+    function canvasHeight() {
+      const n = model.names.length;
+      return Math.max(n, 1) * rowPixels(n);
     }
 
     /* Paint every cell: the hatch where there is no data, each value's colour from the
@@ -480,7 +486,12 @@
       els.scaleMax.textContent = spec.maxLabel || spec.zmax + " " + spec.unit;
     }
 
-    /* Draw what changed since the last render; true if the layout was drawn anew. */
+    /* Draw what changed since the last render; true if the layout was drawn anew. The first
+     * drawing takes two renders, in two frames (waitsForPaint() is true between them): the row
+     * labels and the canvas's height, then the canvas sized and painted. In one frame, their
+     * layout, the cells' painting and the canvas's commit made frames of 55-70 ms as the overview
+     * loaded at 2,000 GPUs on a 2-core machine (issue 18). Later layouts (a node joins) stay in
+     * one frame: a frame of new labels beside the old cells would misplace rows. */
     function render() {
       reorder();
       const relaid = dirty.layout;
@@ -489,13 +500,19 @@
         showScale();
       }
       if (dirty.layout || dirty.labels) drawLabels(rowLabels());
-      if (dirty.layout) sizeCanvas();
-      if (dirty.layout || dirty.cells || dirty.dots) paint();
+      if (!geometry && !dirty.size) {
+        grid.canvas.style.height = canvasHeight() + "px";
+        dirty.layout = dirty.labels = false;
+        dirty.size = true;
+        return relaid;
+      }
+      if (dirty.layout || dirty.size) sizeCanvas();
+      if (dirty.layout || dirty.size || dirty.cells || dirty.dots) paint();
       drawn.z = z;
       drawn.text = cellText;
       drawn.zmin = spec.zmin;
       drawn.zmax = spec.zmax;
-      dirty.layout = dirty.cells = dirty.labels = dirty.dots = false;
+      dirty.layout = dirty.size = dirty.cells = dirty.labels = dirty.dots = false;
       if (picked) showPicked();
       if (hoverMouse) showTooltip(hoverMouse);
       return relaid;
@@ -675,6 +692,7 @@
 
     return {
       laidOut: laidOut, rowChanged: rowChanged, recolour: recolour, render: render,
+      waitsForPaint: function () { return dirty.size; },
       cellAt: cellAt, cellOf: cellOf, cellFrom: cellFrom, select: select,
       picked: function () { return picked; },
       open: function (cell) { onOpen(model.names[cell.r]); },
