@@ -126,6 +126,8 @@ def test_a_custom_range_comes_back_from_the_url_empty_and_zoom_resets(admin_page
         page.reload()
 
     # The live charts have data: drag across one to zoom; every live chart follows, and the button resets them.
+    # The reload kept the page scrolled to History, and a chart a screen away waits to be drawn until it is near.
+    page.locator("#live-util").scroll_into_view_if_needed()
     page.wait_for_function("() => document.getElementById('live-util').timeChart.uplot")
     assert page.is_hidden("#live-reset-zoom")
     plot = page.locator("#live-util .u-over")
