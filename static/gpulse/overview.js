@@ -146,7 +146,7 @@
     const kpisDone = performance.now();
     // Small clusters get the table every frame, in step with the heatmap; big ones once a second.
     const tableEvery = model.names.length > TABLE_EVERY_FRAME_UP_TO ? TABLE_EVERY_MS : 0;
-    // New rows: the heatmap paints them in the next frame, the table comes in the frame after.
+    // The heatmap's first drawing paints in the next frame; the table comes in the frame after.
     if (heatmap.waitsForPaint()) queueRender();
     else if (model.tableChanged || performance.now() - lastTableAt >= tableEvery) {
       // In the next animation frame: heatmap and table together made tasks over 50 ms
