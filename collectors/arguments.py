@@ -7,7 +7,7 @@ error naming the flag and the reason. Nothing here imports Django.
 import argparse
 from pathlib import Path
 
-from gpulse.schema import valid_node_name
+from gpulse.schema import NODE_NAME
 
 
 def _float(text: str) -> float:
@@ -50,8 +50,9 @@ def folder(text: str) -> Path:
 
 
 def group_name(text: str) -> str:
-    """A node group (partition, node pool) is named like a node: it is shown on the pages and in reasons."""
-    if not valid_node_name(text):
+    """A node group (partition, node pool) has a node name's characters: it is shown on the pages and in
+    reasons. Unlike a node, it may be called "all" or "default": it never reaches scontrol."""
+    if NODE_NAME.fullmatch(text) is None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not 1-63 letters, digits, '.', '-' or '_' (not starting with '.' or '-')")
     return text

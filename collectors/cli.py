@@ -24,6 +24,13 @@ from collectors.sources import Identity, Source, SourceUnavailable
 from gpulse.faults import SPELLINGS, parse_fault, parse_target
 from gpulse.keys import DEFAULT_REDIS_URL, Keys
 from gpulse.ratelog import RateLimitedLog
+from gpulse.redis_url import (
+    REDIS_URL_FILE_ENV,
+    RedisUrlError,
+    has_password,
+    read_redis_url_file,
+    redis_url_from_environment,
+)
 
 log = logging.getLogger("gpulse.collector")
 
@@ -53,8 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the kubelet's pod-resources socket, which --source nvml asks in the background which "
                              "pod holds each GPU; no socket there: GPUs are not attributed to pods "
                              "(default %(default)s)")
-    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
-                        help="Redis to write to (default: $REDIS_URL, else %(default)s)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--redis-url-file", metavar="PATH",
+                       help="read the Redis URL to write to from this file, e.g. a systemd LoadCredential= file "
+                            "($CREDENTIALS_DIRECTORY/redis-url) or a Kubernetes secret volume (default: the file "
+                            f"named by ${REDIS_URL_FILE_ENV}, else $REDIS_URL, else {DEFAULT_REDIS_URL})")
+    where.add_argument("--redis-url",
+                       help="Redis to write to; deprecated with a password in it: every user of the node can "
+                            "read a command line in /proc/<pid>/cmdline (use --redis-url-file or $REDIS_URL)")
     parser.add_argument("--interval", type=positive_float, default=1.0, help="seconds between samples (default 1)")
     parser.add_argument("--node-name",
                         help="node name (default: the hostname for nvml; the exporter's Hostname label for dcgm)")
@@ -260,12 +273,31 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
     return 0
 
 
+def redis_url(args: argparse.Namespace) -> str:
+    """--redis-url-file, else --redis-url, else the environment (gpulse.redis_url); RedisUrlError says why not."""
+    if args.redis_url_file is not None:
+        return read_redis_url_file(args.redis_url_file)
+    if args.redis_url is not None:
+        return args.redis_url
+    return redis_url_from_environment()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     faults = _parse_faults(parser, args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s gpulse collector: %(message)s")
+    if args.redis_url is not None and has_password(args.redis_url):
+        log.warning("--redis-url holds a password, which every user of this machine can read in "
+                    "/proc/<pid>/cmdline: put the URL in a file for --redis-url-file (or $%s), or in $REDIS_URL",
+                    REDIS_URL_FILE_ENV)
+    if not args.stdout:
+        try:
+            args.redis_url = redis_url(args)
+        except RedisUrlError as exc:
+            print(f"gpulse collector: {exc}", file=sys.stderr)
+            return 2
     if args.source == "simulated":
         try:
             fleet = simulated_fleet(args, faults)

@@ -3,7 +3,7 @@
 Every ``interval`` seconds a background thread runs the benchmark engine
 (workers.launcher) on each node this collector covers — NCCL across the GPUs
 where CUDA is available, gloo on the CPU elsewhere — and writes one result per
-node to the probes stream (field ``p``) and to the node's probe history list:
+node to its probe stream (field ``p``) and to its probe history list:
 
     {"v": 1, "node": "gpu-01", "ts": 1764000000.0, "backend": "nccl",
      "world_size": 8, "max_bytes": 16777216, "busbw": 182.4, "avg_busbw": 97.1,
@@ -56,7 +56,7 @@ def probe_once(node: str, max_bytes: int, ranks: int | None, timeout: float,
 def publish_probe(client: redis.Redis, keys: Keys, record: dict) -> None:
     body = json.dumps(record)
     pipe = client.pipeline(transaction=False)
-    pipe.xadd(keys.probes, {"p": body}, maxlen=PROBES_MAXLEN, approximate=True)
+    pipe.xadd(keys.probe_stream(record["node"]), {"p": body}, maxlen=PROBES_MAXLEN, approximate=True)
     pipe.lpush(keys.probe_history(record["node"]), body)
     pipe.ltrim(keys.probe_history(record["node"]), 0, PROBE_HISTORY - 1)
     pipe.execute()

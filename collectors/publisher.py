@@ -30,7 +30,7 @@ HELD_REPORTED = 1.0
 
 
 class RedisPublisher:
-    """XADD each sample to the telemetry stream and SET its node's latest key.
+    """XADD each sample to its node's telemetry stream and SET its node's latest key.
 
     While Redis is unreachable, samples wait in a bounded buffer (the oldest are
     dropped and counted when it is full) and reconnection is tried with
@@ -91,11 +91,11 @@ class RedisPublisher:
                 # written to be sent twice on the next attempt.
                 pipe = self.client.pipeline(transaction=True)
                 now = self.clock()
-                for _, _, payload, buffered in chunk:
+                for node, _, payload, buffered in chunk:
                     fields: dict[str, bytes | str] = {"s": payload}
                     if now - buffered >= HELD_REPORTED:
                         fields["held"] = f"{now - buffered:.3f}"
-                    pipe.xadd(self.keys.telemetry, fields, maxlen=self.maxlen, approximate=True)
+                    pipe.xadd(self.keys.telemetry_stream(node), fields, maxlen=self.maxlen, approximate=True)
                 if len(chunk) == len(self.buffer):
                     # Only the newest sample of each node is its "latest"; an older
                     # one would make the node look current with stale readings.

@@ -104,6 +104,7 @@ OTHER_METRICS = (
     "gpulse_node_up",
     "gpulse_node_status",
     "gpulse_node_last_sample_timestamp_seconds",
+    "gpulse_node_twin_collectors",
     "gpulse_node_health",
     "gpulse_health_check",
     "gpulse_benchmark_jobs",
@@ -112,6 +113,7 @@ OTHER_METRICS = (
     "gpulse_alert_transitions_total",
     "gpulse_ingest_rejected_entries_total",
     "gpulse_ingest_nulled_readings_total",
+    "gpulse_ingest_twin_dropped_samples_total",
     "gpulse_alert_evaluation_ok",
     "gpulse_alert_proposals_failed_total",
 )
@@ -173,14 +175,18 @@ def node_families(nodes: list[dict]):
     )
     last = GaugeMetricFamily("gpulse_node_last_sample_timestamp_seconds",
                              "Unix time of the node's latest sample", labels=["node"])
+    twin = GaugeMetricFamily("gpulse_node_twin_collectors",
+                             "1 while a second collector reports as the node (only one's samples count), else 0",
+                             labels=["node"])
     for node in nodes:
         name = node["node"]
         up.add_metric([name], 1 if node["status"] == UP else 0)
+        twin.add_metric([name], 0 if node.get("twin_collectors") is None else 1)
         for each in NODE_STATUSES:
             status.add_metric([name, each], 1 if node["status"] == each else 0)
         if node["ts"] is not None:
             last.add_metric([name], node["ts"])
-    yield from (up, status, last)
+    yield from (up, status, last, twin)
 
 
 def health_families(nodes: dict[str, NodeHealth]):
@@ -246,6 +252,10 @@ def ingest_families():
                                  "readings outside their documented range (or NaN), stored as null")
     nulled.add_metric([], beat.get("nulled", 0))
     yield nulled
+    twin_dropped = CounterMetricFamily("gpulse_ingest_twin_dropped_samples",
+                                       "samples of a second collector reporting as a node, dropped (not summed)")
+    twin_dropped.add_metric([], beat.get("twin_dropped", 0))
+    yield twin_dropped
     rollups = beat.get("rollups")
     if rollups is not None:  # dropped at GPULSE_ROLLUP_MAX_ROWS while the database was down: history is short
         for name, key, what in (("gpulse_ingest_lost_samples", "lost_samples", "rollups"),

@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from dashboard import production
 from dashboard.env import env_bool, env_float, env_int, env_list, env_str
 from gpulse.keys import DEFAULT_PREFIX, DEFAULT_REDIS_URL, Keys
+from workers.sweep_spec import DEFAULT_MAX_BYTES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The one Plotly.js the pages load (templates/plotly.html); devtools/plotly_css.py reads its styles.
@@ -207,8 +208,8 @@ GPULSE_USAGE_ACCOUNTING = env_bool("GPULSE_USAGE_ACCOUNTING", True)
 # Ingest writes the usage this often (seconds; with a rollup write), not at every rollup write:
 # each write is a row per GPU, which at 8,000 GPUs every 5 s was most of what accounting cost.
 # Stream entries stay pending until their usage is written, so a crash loses nothing: keep it
-# well under what the telemetry stream holds (gpulse/keys.py TELEMETRY_MAXLEN: 2 minutes of
-# 1,000 nodes at 1 Hz) and GPULSE_INGEST_MAX_UNACKED entries.
+# well under what a node's telemetry stream holds (gpulse/keys.py TELEMETRY_MAXLEN: 5 minutes
+# at 1 Hz) and GPULSE_INGEST_MAX_UNACKED entries.
 GPULSE_USAGE_FLUSH_INTERVAL = env_float("GPULSE_USAGE_FLUSH_INTERVAL", 60.0, minimum=0.1)
 GPULSE_BUSY_UTIL = env_float("GPULSE_BUSY_UTIL", 5.0, minimum=0.0, maximum=100.0)
 GPULSE_PRICE_GPU_HOUR = env_float("GPULSE_PRICE_GPU_HOUR", 2.5, minimum=0.0)
@@ -231,7 +232,7 @@ GPULSE_RENDEZVOUS_ADDR = env_str("GPULSE_RENDEZVOUS_ADDR", "")
 GPULSE_RENDEZVOUS_PORTS = tuple(int(p) for p in env_str("GPULSE_RENDEZVOUS_PORTS", "29500-29999").split("-"))
 GPULSE_BENCHMARK_RATE = env_str("GPULSE_BENCHMARK_RATE", "10/600")
 # The largest message a launch may ask for, in bytes (8 GiB: two buffers fit a GPU).
-GPULSE_BENCHMARK_MAX_BYTES = int(env_float("GPULSE_BENCHMARK_MAX_BYTES", 8 << 30))
+GPULSE_BENCHMARK_MAX_BYTES = int(env_float("GPULSE_BENCHMARK_MAX_BYTES", DEFAULT_MAX_BYTES))
 
 # Webhooks: loopback, private, link-local and other non-global targets are
 # refused unless allowed, all of them or a list of networks (CIDR).

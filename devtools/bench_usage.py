@@ -75,6 +75,7 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int, usage_flush: i
 
     call_command("migrate", verbosity=0)
     from dashboard.live.frames import gpu_row
+    from gpulse.keys import INGEST_GROUP, Keys
 
     batches = [fleet(nodes, gpus, s) for s in range(seconds)]
     # The frame rows ingest makes of every sample anyway (their allocation flags cost ~60 ns a GPU more).
@@ -83,8 +84,9 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int, usage_flush: i
     def run(with_usage: bool) -> float:
         for model in (GpuRollup, GpuUsage, UsageHour, ClusterUsage):
             model.objects.all().delete()
-        accumulator = rollups.RollupAccumulator("bench", max_rows=10**7, accounting=with_usage)
-        accumulator.resume((0, 0), (0, 0))
+        accumulator = rollups.RollupAccumulator(Keys().telemetry_stream, INGEST_GROUP, max_rows=10**7,
+                                                accounting=with_usage)
+        accumulator.resume({})
         idle = IdleAllocations()
         started = time.process_time()
         for second, batch in enumerate(batches):

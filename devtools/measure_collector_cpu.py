@@ -57,7 +57,7 @@ def measure(gpus: int | None, interval: float, duration: float, energy_interval:
         meter = psutil.Process(collector.pid)
         time.sleep(SETTLE_SECONDS)
         client = redis.Redis.from_url(server.url)
-        entries_before = client.xlen(Keys().telemetry)
+        entries_before = client.xlen(Keys().telemetry_stream("cpu-bench"))
         start_cpu, start = cpu_seconds(meter), time.monotonic()
         peak_rss = 0
         while time.monotonic() - start < duration:
@@ -67,8 +67,8 @@ def measure(gpus: int | None, interval: float, duration: float, energy_interval:
             peak_rss = max(peak_rss, meter.memory_info().rss)
             time.sleep(min(1.0, duration - (time.monotonic() - start)))
         cpu, elapsed = cpu_seconds(meter) - start_cpu, time.monotonic() - start
-        samples = client.xlen(Keys().telemetry) - entries_before
-        newest = client.xrevrange(Keys().telemetry, count=1)
+        samples = client.xlen(Keys().telemetry_stream("cpu-bench")) - entries_before
+        newest = client.xrevrange(Keys().telemetry_stream("cpu-bench"), count=1)
         client.close()
     finally:
         if collector is not None and collector.poll() is None:

@@ -42,7 +42,7 @@ from devtools.celery_process import spawn_worker, stop_workers
 from devtools.redis_server import EmbeddedRedis, free_port, redis_server_binary
 from gpulse.keys import Keys
 from workers import job_events
-from workers.celery_app import app, node_queue
+from workers.celery_app import app, node_broker, node_queue, node_transport_options
 from workers.heartbeat import workerless
 from workers.job_status import JobStatus
 from workers.report import table_lines, wrong_total
@@ -55,7 +55,7 @@ WORKER_START_S = 60.0
 # run_node returns within the job's timeout plus a few seconds of cleanup
 # (workers/launcher.py); the task's own start (importing torch) comes on top.
 REPORT_MARGIN_S = 60.0
-# After node_done the task only sends a message and returns.
+# After node_done the task only returns (it sends the control host nothing).
 WORKER_STOP_S = 10.0
 LOG_TAIL_CHARS = 4000
 
@@ -83,7 +83,7 @@ def wait_for_heartbeat(worker: subprocess.Popen, client: redis.Redis, keys: Keys
 
 def send_run_node(redis_url: str, node: str, spec: SweepSpec) -> str:
     """Send the node's task with the arguments and queue dashboard/benchmarks/tasks.py gives it; return its id."""
-    with app.connection_for_write(redis_url) as connection:
+    with app.connection_for_write(redis_url, transport_options=node_transport_options(node_broker(node))) as connection:
         return app.send_task("gpulse.benchmarks.run_node", args=[JOB_ID, node, spec.to_dict()],
                              queue=node_queue(node), connection=connection).id
 
@@ -101,10 +101,10 @@ def task_error(log: Path, task_id: str) -> str | None:
 
 
 def read_until_done(worker: subprocess.Popen, log: Path, task_id: str, client: redis.Redis, keys: Keys,
-                    timeout: float) -> list[dict]:
+                    timeout: float, node: str) -> list[dict]:
     """Return the job's events up to and including the node's node_done."""
     events: list[dict] = []
-    after = "0-0"
+    after: dict[str, str] = {}
     sent = time.monotonic()
     deadline = sent + timeout
     while not events or events[-1]["kind"] != "node_done":
@@ -115,8 +115,11 @@ def read_until_done(worker: subprocess.Popen, log: Path, task_id: str, client: r
         if time.monotonic() > deadline:
             seen = ", ".join(sorted({event["kind"] for event in events})) or "nothing"
             raise CheckFailed(f"no node_done on the job's events stream within {timeout:g} s (it had {seen})")
-        for entry_id, event in job_events.read(client, keys, JOB_ID, after, block_ms=500):
-            after = entry_id
+        # The node writes only to its own events stream of the job (workers/job_events.py).
+        for entry in job_events.read(client, keys, JOB_ID, after, [node], block_ms=500):
+            event = entry.event
+            if event is None or entry.source != node:
+                continue
             events.append(event)
             if event["kind"] == "started":
                 print(f"the node's task started {time.monotonic() - sent:.1f} s after it was sent")
@@ -127,7 +130,7 @@ def read_until_done(worker: subprocess.Popen, log: Path, task_id: str, client: r
 
 def stop_worker(worker: subprocess.Popen) -> None:
     """Stop the worker's main process first: its warm shutdown lets the task take its last steps after
-    node_done (node_reported, the acknowledgement), which a prefork child would not if the whole group
+    node_done (the acknowledgement), which a prefork child would not if the whole group
     got the signal at once. Whatever is still running after WORKER_STOP_S is stopped with its group."""
     if worker.poll() is None:
         worker.terminate()
@@ -201,7 +204,7 @@ def check(args: argparse.Namespace, spec: SweepSpec, folder: Path, report: dict)
             print(f"job {JOB_ID}: run_node sent to {node_queue(args.node)}: backend {spec.backend}, {spec.dtype}, "
                   f"sizes {format_size(spec.min_bytes)} to {format_size(spec.max_bytes)} bytes")
             report["events"] = events = read_until_done(worker, log, task_id, client, keys,
-                                                        spec.timeout + REPORT_MARGIN_S)
+                                                        spec.timeout + REPORT_MARGIN_S, args.node)
         report.update(outcome(events))
         print_outcome(report)
     finally:

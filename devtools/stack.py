@@ -72,6 +72,9 @@ class Stack:
             PYTHONUNBUFFERED="1",
             # The simulated nodes all live on this machine: benchmark ranks meet on loopback.
             GPULSE_RENDEZVOUS_ADDR="127.0.0.1",
+            # One node worker serves every simulated node, in one broker key space of its own
+            # (workers/celery_app.py node_broker): the control worker sends their tasks there.
+            GPULSE_SIMULATED_NODES="sim-",
         )
         env.update(self.extra_env)
         return env
@@ -142,6 +145,8 @@ class Stack:
             nodes = sim_node_names(self.sim_nodes)
             # One Celery worker serves every simulated node, consuming each node's queue
             # and keeping each node's heartbeat: a worker per node cost ~270 MB apiece.
+            # Its queues lie in the one simulated broker key space, its ACL user
+            # (simulated-nodeworker) reaches only sim-* nodes' keys, remote control off.
             # A thread per node, so the nodes of one job run their ranks side by side.
             self.spawn(
                 "node-worker", "simulated-nodeworker", py, "-m", "celery", "-A", "workers.node_worker", "worker",

@@ -14,12 +14,24 @@ class Keys:
         self.prefix = prefix if prefix is not None else os.environ.get("GPULSE_REDIS_PREFIX", DEFAULT_PREFIX)
 
     @property
-    def telemetry(self) -> str:
-        return f"{self.prefix}telemetry"
+    def telemetry_streams(self) -> str:
+        """SCAN pattern of every node's telemetry stream (how ingest finds new nodes)."""
+        return f"{self.prefix}telemetry:*"
 
-    @property
-    def probes(self) -> str:
-        return f"{self.prefix}probes"
+    def telemetry_stream(self, name: str) -> str:
+        """The node's own telemetry stream: only its collector's ACL user may write it, so a sample read
+        here is the node's whatever its ``node`` field says (docs/ARCHITECTURE.md, "Node identity")."""
+        return f"{self.prefix}telemetry:{name}"
+
+    def telemetry_node(self, stream: bytes | str) -> str | None:
+        """The node whose telemetry stream this key is; None for any other key."""
+        text = stream.decode(errors="replace") if isinstance(stream, bytes) else stream
+        head = f"{self.prefix}telemetry:"
+        return text[len(head):] if text.startswith(head) and len(text) > len(head) else None
+
+    def probe_stream(self, name: str) -> str:
+        """The node's own stream of bandwidth probe results (only its collector writes it)."""
+        return f"{self.prefix}probe-results:{name}"
 
     def probe_history(self, name: str) -> str:
         """List of the node's latest probe results, newest first."""
@@ -29,11 +41,21 @@ class Keys:
         return f"{self.prefix}node:{name}"
 
     def job_events(self, job_id) -> str:
+        """The job's control-side stream: only the control host (web, control workers) writes it."""
         return f"{self.prefix}job:{job_id}:events"
 
+    def job_node_events(self, job_id, node: str) -> str:
+        """The node's own stream of the job's events: only its node worker's ACL user may write it, so
+        what is read here is the node's, whatever a ``node`` field in it says."""
+        return f"{self.prefix}job:{job_id}:events:{node}"
+
     def job_cancel(self, job_id) -> str:
-        """Set while the job is being cancelled; its node tasks poll it between sizes."""
+        """Set while the job is being cancelled (the control side's flag)."""
         return f"{self.prefix}job:{job_id}:cancel"
+
+    def job_node_cancel(self, job_id, node: str) -> str:
+        """Set, beside job_cancel, for each node of a job being cancelled; the node's task polls it."""
+        return f"{self.prefix}job:{job_id}:cancel:{node}"
 
     def job_claim(self, job_id, node: str) -> str:
         """Set by the first delivery of a node's task, so a redelivery does not start a second copy."""
@@ -95,19 +117,29 @@ class Keys:
 
     @property
     def celery_prefix(self) -> str:
-        """Prefix of Celery's queues and bookkeeping keys."""
+        """Prefix of the control host's Celery queues and bookkeeping keys (no node worker reaches them)."""
         return f"{self.prefix}celery:"
+
+    def node_broker_prefix(self, broker: str) -> str:
+        """Prefix of one node worker's Celery key space: its queue, bindings and unacked hash.
+
+        ``broker`` is the node's name, or workers.celery_app.SIMULATED_BROKER for the demo's
+        one worker of every simulated node."""
+        return f"{self.prefix}nodeq:{broker}:"
 
 
 # Consumer group of the ingest process on the telemetry stream.
 INGEST_GROUP = "ingest"
 
-# Stream length cap. The stream is only the buffer between collectors and
-# ingest (which reads it within a second), yet each 8-GPU entry holds ~3.8 KB:
-# 120,000 entries are two minutes of a 1,000-node cluster at 1 Hz (half an
-# hour of 64 nodes) in about 450 MB of Redis; 600,000 needed over 2 GB.
-TELEMETRY_MAXLEN = 120_000
-PROBES_MAXLEN = 100_000
+# Length cap of each node's telemetry stream. The stream is only the buffer
+# between a collector and ingest (which reads it within a second), yet each
+# 8-GPU entry holds ~3.8 KB: 300 entries are five minutes of a node at 1 Hz in
+# about 1.1 MB, 1.1 GB for 1,000 nodes should ingest stop. The collector asks
+# for it on every XADD and ingest trims each stream to it as it reads, so a
+# node that leaves the cap out floods only its own stream, and not for long.
+TELEMETRY_MAXLEN = 300
+# Probe results per node's stream: ingest reads them within a second.
+PROBES_MAXLEN = 100
 JOB_EVENTS_MAXLEN = 10_000
 PROBE_HISTORY = 100
 # Points kept per node for the live charts: 15 minutes at 1 Hz.

@@ -3,30 +3,39 @@
 Without them every process shares one password, so any GPU node could forge
 another node's telemetry, a benchmark's results or a Celery task. Roles:
 
-  node-<name>        a GPU node's collector: XADD to the telemetry and probes
-                     streams, SET its own ``node:<name>``, push its own
-                     ``probes:<name>``; no reads, no Celery, no job keys
+  node-<name>        a GPU node's collector: XADD to its own telemetry and
+                     probe streams, SET its own ``node:<name>``, push its own
+                     ``probes:<name>``; no reads, no Celery, no job keys, no
+                     key of another node (so ingest takes the stream a sample
+                     came in for who sent it)
   simulator          the demo's simulated collector: the node role for every
                      node named ``<name prefix>*``, plus reading the faults hash
-  simulated-nodeworker  the demo's one benchmark worker for all those nodes
-  nodeworker-<name>  a GPU node's Celery worker: the Celery broker keys, the
-                     job events streams, its own job claims, the cancel flags and its
-                     own heartbeat ``worker:<name>``
+  simulated-nodeworker  the demo's one benchmark worker for all those nodes,
+                     in the one simulated broker key space
+  nodeworker-<name>  a GPU node's Celery worker: only its own broker key space
+                     ``nodeq:<name>:*`` (its queue, bindings, unacked hash), its
+                     own events stream, claim and cancel flag of each job
+                     (``job:*:events:<name>``, ``job:*:claimed:<name>``,
+                     ``job:*:cancel:<name>``) and its own heartbeat
+                     ``worker:<name>``; no pub/sub channel, nothing of the
+                     control host's Celery keys
   ingest             the telemetry consumer group, node state it derives,
                      the channel layer, Celery producer on the webhooks and
                      scheduler queues
   web                reads what the pages and the API show, the channel layer,
                      its cache, the simulator faults, websocket counts, job
-                     cancel flags, Celery producer on the control queue
-  control            the control, webhook and scheduler workers: the Celery broker, job
-                     keys, worker heartbeats, webhook leases, the channel layer
+                     events streams and cancel flags (the control one and each
+                     node's), Celery producer on the control queue
+  control            the control, webhook and scheduler workers: the control
+                     host's Celery keys, every node's broker key space (it sends
+                     node tasks), job keys, worker heartbeats, webhook leases,
+                     the channel layer
 
 The rules are written for Redis 6.2 (the embedded server; they hold on 7.x),
 where a user's key patterns allow every command the user has: so the roles
-that must not write what they read list their commands one by one. Known limits, because of key layouts gpulse
-does not own (docs/security-redis.md): kombu keeps every queue's unacknowledged
-messages in one hash, so a Celery worker's account can inject a task into any
-queue; and a job's events stream is shared by its nodes.
+that must not write what they read list their commands one by one, and every
+key a node worker reaches is its own (kombu's unacknowledged hash included,
+under its own broker prefix). Known limits: docs/security-redis.md.
 
 `python -m gpulse.redis_acl --node gpu-01 --node gpu-02` prints a users.acl
 file; each password comes from an environment variable (never from here).
@@ -106,11 +115,15 @@ def _check_node(name: str) -> None:
         raise ValueError(f"node name {name!r} is not allowed in an ACL user: the sample contract's node name rule")
 
 
+def _node_keys(p: str, nodes: str) -> tuple[str, ...]:
+    """The keys of the nodes matching the pattern ``nodes`` that their collector writes."""
+    return (f"~{p}telemetry:{nodes}", f"~{p}probe-results:{nodes}", f"~{p}node:{nodes}", f"~{p}probes:{nodes}")
+
+
 def node_user(prefix: str, name: str) -> AclUser:
     _check_prefix(prefix)
     _check_node(name)
-    p = _pattern(prefix)
-    keys = (f"~{p}telemetry", f"~{p}probes", f"~{p}node:{_pattern(name)}", f"~{p}probes:{_pattern(name)}")
+    keys = _node_keys(_pattern(prefix), _pattern(name))
     return _user(f"node-{name}", keys, (), ("+xadd", "+set", "+lpush", "+ltrim", *TRANSACTIONS))
 
 
@@ -118,30 +131,39 @@ def simulator_user(prefix: str, name_prefix: str) -> AclUser:
     _check_prefix(prefix)
     _check_node(name_prefix)
     p = _pattern(prefix)
-    nodes = _pattern(name_prefix) + "*"
-    keys = (f"~{p}telemetry", f"~{p}probes", f"~{p}node:{nodes}", f"~{p}probes:{nodes}", f"~{p}simulator:faults")
+    keys = (*_node_keys(p, _pattern(name_prefix) + "*"), f"~{p}simulator:faults")
     commands = ("+xadd", "+set", "+lpush", "+ltrim", *TRANSACTIONS, "+hgetall")
     return _user("simulator", keys, (), commands)
 
 
-def _nodeworker(prefix: str, user: str, nodes: str, db: int) -> AclUser:
-    """A benchmark worker's user for the nodes matching the pattern ``nodes``."""
+# A node worker's Celery commands: kombu's consumer (BRPOP, the unacked hash, its
+# Lua scripts) on its own queue, with remote control and events off, hence no pub/sub.
+NODE_CELERY_WORKER = tuple(command for command in CELERY_WORKER if command != "+@pubsub")
+
+
+def _nodeworker(prefix: str, user: str, broker: str, nodes: str) -> AclUser:
+    """A benchmark worker's user: the broker key space ``broker`` (a literal name) and the
+    job keys of the nodes matching the pattern ``nodes``."""
     _check_prefix(prefix)
     p = _pattern(prefix)
-    keys = (f"~{p}celery:*", f"~{p}job:*:events", f"~{p}job:*:cancel", f"~{p}job:*:claimed:{nodes}",
-            f"~{p}worker:{nodes}")
-    return _user(user, keys, _celery_channels(p, db), CELERY_WORKER)
+    keys = (f"~{p}nodeq:{_pattern(broker)}:*", f"~{p}job:*:events:{nodes}", f"~{p}job:*:cancel:{nodes}",
+            f"~{p}job:*:claimed:{nodes}", f"~{p}worker:{nodes}")
+    return _user(user, keys, (), NODE_CELERY_WORKER)
+
+
+# The demo's simulated node worker's broker name (workers/celery_app.py SIMULATED_BROKER).
+SIMULATED_BROKER = "@simulated"
 
 
 def nodeworker_user(prefix: str, name: str, db: int = 0) -> AclUser:
     _check_node(name)
-    return _nodeworker(prefix, f"nodeworker-{name}", _pattern(name), db)
+    return _nodeworker(prefix, f"nodeworker-{name}", name, _pattern(name))
 
 
 def simulated_nodeworker_user(prefix: str, name_prefix: str, db: int = 0) -> AclUser:
     """The demo's one benchmark worker for every simulated node named ``<name_prefix>*``."""
     _check_node(name_prefix)
-    return _nodeworker(prefix, "simulated-nodeworker", _pattern(name_prefix) + "*", db)
+    return _nodeworker(prefix, "simulated-nodeworker", SIMULATED_BROKER, _pattern(name_prefix) + "*")
 
 
 def _producer_keys(p: str) -> tuple[str, ...]:
@@ -154,12 +176,14 @@ def _producer_keys(p: str) -> tuple[str, ...]:
 def ingest_user(prefix: str) -> AclUser:
     _check_prefix(prefix)
     p = _pattern(prefix)
-    keys = (f"~{p}telemetry", f"~{p}node:*", f"~{p}nodes", f"~{p}health", f"~{p}recent:*", f"~{p}frame:snapshot",
-            f"~{p}usage:idle", f"~{p}ingest:heartbeat", f"~{p}probes", f"~{p}probes:*", *_producer_keys(p))
-    # Pruning forgets nodes (HDEL, DEL of their lists) and idle consumers of the group.
-    commands = ("+xreadgroup", "+xgroup|create", "+xgroup|delconsumer", "+xinfo|consumers", "+xautoclaim", "+xack",
-                "+xrevrange", "+xread", "+hgetall", "+hset", "+hdel", "+del", "+mget", "+get", "+set", "+lpush",
-                "+ltrim", "+lrange", "+publish", *TRANSACTIONS, *CELERY_PRODUCER)
+    keys = (f"~{p}telemetry:*", f"~{p}node:*", f"~{p}nodes", f"~{p}health", f"~{p}recent:*", f"~{p}frame:snapshot",
+            f"~{p}usage:idle", f"~{p}ingest:heartbeat", f"~{p}probe-results:*", f"~{p}probes:*", *_producer_keys(p))
+    # SCAN finds new nodes' streams (it names keys, reads none); XTRIM holds each stream to its cap
+    # whatever its node asked; pruning forgets nodes (HDEL, DEL of their lists and streams) and idle
+    # consumers of the group.
+    commands = ("+scan", "+xreadgroup", "+xgroup|create", "+xgroup|delconsumer", "+xinfo|consumers", "+xautoclaim",
+                "+xack", "+xtrim", "+xrevrange", "+xread", "+hgetall", "+hset", "+hdel", "+del", "+mget", "+get",
+                "+set", "+lpush", "+ltrim", "+lrange", "+publish", *TRANSACTIONS, *CELERY_PRODUCER)
     return _user("ingest", keys, (f"&{p}asgi*",), commands)
 
 
@@ -167,7 +191,8 @@ def web_user(prefix: str) -> AclUser:
     _check_prefix(prefix)
     p = _pattern(prefix)
     keys = (f"~{p}node:*", f"~{p}nodes", f"~{p}health", f"~{p}recent:*", f"~{p}frame:snapshot", f"~{p}usage:idle",
-            f"~{p}ingest:heartbeat", f"~{p}probes", f"~{p}probes:*", f"~{p}job:*:events", f"~{p}job:*:cancel",
+            f"~{p}ingest:heartbeat", f"~{p}probes:*", f"~{p}job:*:events", f"~{p}job:*:cancel",
+            f"~{p}job:*:events:*", f"~{p}job:*:cancel:*",
             f"~{p}simulator:faults", f"~{p}cache:*", f"~{p}worker:*", f"~{p}websockets:*", *_producer_keys(p))
     # Reads for the pages, the API and the job websocket; writes only through
     # the cache (Django's RedisCache), the faults hash, a cancelled job's flag and
@@ -178,11 +203,11 @@ def web_user(prefix: str) -> AclUser:
 
 
 def control_user(prefix: str, db: int = 0) -> AclUser:
-    """The control and webhook workers: the Celery broker, job keys, node-worker
-    heartbeats and the per-endpoint webhook leases."""
+    """The control and webhook workers: the control host's Celery keys, every node's
+    broker key space, job keys, node-worker heartbeats and the per-endpoint webhook leases."""
     _check_prefix(prefix)
     p = _pattern(prefix)
-    keys = (f"~{p}celery:*", f"~{p}job:*", f"~{p}worker:*", f"~{p}webhook:*")
+    keys = (f"~{p}celery:*", f"~{p}nodeq:*", f"~{p}job:*", f"~{p}worker:*", f"~{p}webhook:*")
     return _user("control", keys, (*_celery_channels(p, db), f"&{p}asgi*"), CELERY_WORKER)
 
 

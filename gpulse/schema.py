@@ -112,6 +112,13 @@ MAX_ENTRY_BYTES = 1024 * 1024
 # Node names: host name characters and "_", at most 63 (one DNS label's length);
 # they become Redis keys, URL path segments and database values.
 NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}")
+# Names Slurm reads as something other than one node, in any case (Slurm compares them with
+# strcasecmp): `scontrol update NodeName=ALL` updates every node, and NodeName=DEFAULT in
+# slurm.conf sets the defaults of the lines after it. Hostlist syntax ("gpu-[01-99]",
+# "a,b") is outside NODE_NAME's characters already. A sample, an ACL user, a drain are
+# never made for these names (issue 31).
+SLURM_KEYWORDS = frozenset({"all", "default"})
+_NODE_NAME_RULE = re.compile(rf"(?!(?i:{'|'.join(sorted(SLURM_KEYWORDS))})\Z){NODE_NAME.pattern}")
 MAX_GPUS = 256
 MAX_GPU_INDEX = 255
 MAX_TEXT = 128  # uuid, model name, process name and user
@@ -157,7 +164,8 @@ def encode(sample: dict) -> bytes:
 
 
 def valid_node_name(name) -> bool:
-    return type(name) is str and NODE_NAME.fullmatch(name) is not None
+    """1-63 host name characters and "_", and not one of Slurm's SLURM_KEYWORDS."""
+    return type(name) is str and _NODE_NAME_RULE.fullmatch(name) is not None
 
 
 def _show(value) -> str:
@@ -371,6 +379,8 @@ def validate(sample) -> int:
     if node is None:
         raise MalformedSample("missing field 'node'")
     if not valid_node_name(node):
+        if type(node) is str and node.lower() in SLURM_KEYWORDS:
+            raise MalformedSample(f"node name {_show(node)} is a Slurm keyword: scontrol reads it as other nodes")
         raise MalformedSample(
             f"node name {_show(node)} is not 1-63 letters, digits, '.', '-' or '_' (not starting with '.' or '-')"
         )
@@ -505,7 +515,7 @@ _Health = _record("_Health", {
 }, required=("checked", "findings"))
 _Sample = _record("_Sample", {
     "v": Literal[SCHEMA_VERSION],
-    "node": Annotated[str, msgspec.Meta(pattern=_whole(NODE_NAME))],
+    "node": Annotated[str, msgspec.Meta(pattern=_whole(_NODE_NAME_RULE))],
     "ts": _number(0, MAX_TS),
     "interval": _number(*INTERVAL_RANGE),
     "gpus": Annotated[list[_Gpu], msgspec.Meta(max_length=MAX_GPUS)],  # type: ignore[valid-type]

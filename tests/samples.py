@@ -2,6 +2,12 @@
 
 import time
 
+import orjson
+
+from gpulse import schema
+from gpulse.keys import Keys
+from gpulse.schema import valid_node_name
+
 H100_MEM = 85520809984
 
 
@@ -23,3 +29,19 @@ def sample(node: str, gpus: int = 2, ts: float | None = None, interval: float = 
         "gpus": [gpu(i, **gpu_overrides) for i in range(gpus)],
         "host": {"cpu_util": 10.0, "mem_used": 1e10, "mem_total": 1e11},
     }
+
+
+def stream_of(raw: bytes | str, node: str | None = None) -> str:
+    """The telemetry stream a collector would XADD ``raw`` to: its node's own, or ``node``'s (for an entry
+    that names none, or names another node)."""
+    if node is None:
+        try:  # as ingest reads it (which takes NaN and Infinity, as a collector's JSON may hold them)
+            node = schema.read(raw)[0]["node"]
+        except schema.MalformedSample:
+            try:
+                node = orjson.loads(raw).get("node")
+            except (orjson.JSONDecodeError, AttributeError):
+                node = None
+        if not isinstance(node, str) or not valid_node_name(node):
+            node = "unnamed"
+    return Keys().telemetry_stream(node)

@@ -73,6 +73,14 @@ def test_node_api_returns_rollup_history_since(client, viewer_user, cluster):
     assert client.get("/api/v1/nodes/nope").status_code == 404
 
 
+@pytest.mark.parametrize("query", ["since=1e20", "since=inf", "until=1e300", "since=nan", "until=-1e20",
+                                   "since=99999999999d", "since=0001-01-01T00:00:00%2B14:00"])
+def test_node_api_answers_400_to_a_time_that_overflows(client, viewer_user, cluster, query):
+    client.force_login(viewer_user)
+    response = client.get(f"/api/v1/nodes/n1?{query}")
+    assert response.status_code == 400 and response.json()["error"]
+
+
 def test_node_api_lists_its_probes_oldest_first(client, viewer_user, cluster):
     from collectors.probe import publish_probe
 

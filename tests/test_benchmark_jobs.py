@@ -113,15 +113,17 @@ def test_a_two_node_job_runs_real_ranks_and_records_nccl_tests_rows(
     assert job.avg_busbw > 0 and set(job.result["versions"]) == set(live_nodes)
     api = client.get(f"/api/v1/benchmarks/{job_id}").json()
     assert api["status"] == "succeeded" and len(api["result"]["rows"]) == len(rows)
-    kinds = [json.loads(f[b"e"])["kind"] for _, f in redis_client.xrange(Keys().job_events(job_id))]
-    assert kinds.count("row") == len(rows) and kinds[-1] == "final"
+    kinds = [json.loads(f[b"e"])["kind"] for _, f in redis_client.xrange(Keys().job_node_events(job_id, "bench-a"))]
+    assert kinds.count("row") == len(rows) and kinds[-1] == "node_done"  # rank 0's node streams the rows
+    assert [json.loads(f[b"e"])["kind"] for _, f in redis_client.xrange(Keys().job_events(job_id))] == ["final"]
     assert not ranks_of(node_workers)
 
 
 def wait_for_rows(redis_client, job_id, timeout: float = 60) -> None:
     """Wait until rank 0 streams rows: every node's ranks are in the collective."""
     deadline = time.time() + timeout
-    while not any(json.loads(f[b"e"])["kind"] == "row" for _, f in redis_client.xrange(Keys().job_events(job_id))):
+    stream = Keys().job_node_events(job_id, "bench-a")  # rank 0's node
+    while not any(json.loads(f[b"e"])["kind"] == "row" for _, f in redis_client.xrange(stream)):
         assert time.time() < deadline, "no row came"
         time.sleep(0.2)
 
@@ -167,7 +169,7 @@ def test_a_redelivered_start_never_sends_a_second_copy(operator_user, live_nodes
     again, claimed_again = claim_and_dispatch(job.pk)
     assert not claimed_again and again.status == "running"
     for node in live_nodes:
-        assert redis_client.llen(f"gpulse:celery:node.{node}") == 1  # one task per node, not two
+        assert redis_client.llen(f"gpulse:nodeq:{node}:node.{node}") == 1  # one task per node, not two
 
 
 def test_the_cli_runs_a_recorded_job_across_nodes_through_the_workers(live_nodes, node_workers, control_worker, capsys):
@@ -375,7 +377,7 @@ def test_a_node_that_cannot_run_its_task_says_why_at_once_not_at_the_jobs_limit(
 ):
     from django.utils import timezone
 
-    from workers.celery_app import app, node_queue
+    from dashboard.benchmarks.tasks import send_to_node
 
     # A control side a version ahead of the node's worker (a rolling upgrade) sends a parameter the
     # worker does not know: its task fails before any rank starts. Before, it reported nothing and
@@ -385,7 +387,7 @@ def test_a_node_that_cannot_run_its_task_says_why_at_once_not_at_the_jobs_limit(
                                       max_bytes=65536, timeout_seconds=60, status=JobStatus.RUNNING,
                                       started=timezone.now())
     spec = {**job.sweep_spec(0, "127.0.0.1", 29599).to_dict(), "algorithm": "ring"}
-    app.send_task("gpulse.benchmarks.run_node", args=[job.pk, "bench-a", spec], queue=node_queue("bench-a"))
+    send_to_node("bench-a", "gpulse.benchmarks.run_node", [job.pk, "bench-a", spec])
     job = wait_for(job.pk, {"failed", "timed_out"}, timeout=20)
     assert job.status == "failed"
     assert job.reason == "bench-a: its benchmark worker could not run the job: unknown sweep parameters: algorithm"
@@ -397,14 +399,23 @@ def done(node: str, status: str = "succeeded", reason: str | None = None, crashe
 
 
 GLOO = "rank 0 failed: Connection closed by peer [127.0.0.1]:29501"
+NODES = ["bench-a", "bench-b"]
+
+
+def progress_of(events):
+    """read_progress of (entry id, event) pairs, each on the stream of the node it names."""
+    from dashboard.benchmarks.outcome import read_progress
+    from workers.job_events import Entry
+
+    return read_progress([Entry(entry_id, event, event["node"]) for entry_id, event in events], NODES)
 
 
 def test_a_live_node_that_has_not_reported_yet_is_waited_for_not_named_silent():
-    from dashboard.benchmarks.outcome import FAILURE_SETTLE_S, decide, read_progress
+    from dashboard.benchmarks.outcome import FAILURE_SETTLE_S, decide
 
     events = [("1000-0", {"kind": "started", "node": "bench-a"}), ("1001-0", {"kind": "started", "node": "bench-b"}),
               ("2000-0", done("bench-a", "failed", GLOO))]
-    progress = read_progress(events)
+    progress = progress_of(events)
     nodes = ["bench-a", "bench-b"]
     assert decide(nodes, progress, set(), 2000 + 1000, 10**9, 60) is None  # bench-b may yet say why
     late = decide(nodes, progress, set(), 2000 + FAILURE_SETTLE_S * 1000, 10**9, 60)
@@ -414,19 +425,19 @@ def test_a_live_node_that_has_not_reported_yet_is_waited_for_not_named_silent():
 
 
 def test_the_node_whose_rank_crashed_leads_the_reason_whichever_reported_first():
-    from dashboard.benchmarks.outcome import decide, read_progress
+    from dashboard.benchmarks.outcome import decide
 
     crash = "rank 1 exited with code -9 (SIGKILL)"
     events = [("2000-0", done("bench-a", "failed", GLOO)), ("2001-0", done("bench-b", "failed", crash, crashed=True))]
-    outcome = decide(["bench-a", "bench-b"], read_progress(events), set(), 2001, 10**9, 60)
+    outcome = decide(["bench-a", "bench-b"], progress_of(events), set(), 2001, 10**9, 60)
     assert outcome.status == "failed" and outcome.reason == f"bench-b: {crash} (then bench-a: {GLOO})"
 
 
 def test_past_its_deadline_a_job_names_the_nodes_that_never_started_and_those_still_running():
-    from dashboard.benchmarks.outcome import decide, read_progress
+    from dashboard.benchmarks.outcome import decide
 
     events = [("1000-0", {"kind": "started", "node": "bench-a"})]
-    progress = read_progress(events)
+    progress = progress_of(events)
     assert decide(["bench-a", "bench-b"], progress, set(), 4999, 5000, 60) is None
     outcome = decide(["bench-a", "bench-b"], progress, set(), 5000, 5000, 60)
     assert outcome.status == "timed_out"

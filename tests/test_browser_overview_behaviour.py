@@ -60,7 +60,7 @@ class SkewedNode:
             self.seq += 1
             s = {**sample(self.name, ts=time.time() + SKEW_S), "boot": self.boot, "seq": self.seq}
             encoded = schema.encode(s)
-            self.client.xadd(self.keys.telemetry, {"s": encoded})
+            self.client.xadd(self.keys.telemetry_stream(self.name), {"s": encoded})
             self.client.set(self.keys.node(self.name), encoded, ex=node_ttl(1.0))
             self.stopped.wait(1.0)
 
@@ -178,7 +178,7 @@ def test_the_usage_heatmap_colours_an_allocated_idle_gpu_as_idle(small_system, s
             s["gpus"][1].update(util=90, processes=[job])
             s["gpus"][2].update(util=1, processes=[job])
             encoded = schema.encode(s)
-            client.xadd(keys.telemetry, {"s": encoded})
+            client.xadd(keys.telemetry_stream(s["node"]), {"s": encoded})
             client.set(keys.node(s["node"]), encoded, ex=node_ttl(1.0))
             stopped.wait(1.0)
 

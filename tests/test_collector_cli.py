@@ -1,6 +1,7 @@
 """`python -m collectors` as a real process: output, errors, signals, a Redis outage."""
 
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -156,8 +157,8 @@ def test_once_into_redis_applies_the_faults_in_the_redis_hash(redis_client, redi
     redis_client.hset(Keys().simulator_faults, mapping={"sim-01/1": "lost", "sim-02": "dead"})
     result = collector("--source", "simulated", "--nodes", "2", "--once", "--redis-url", redis_url)
     assert result.returncode == 0, result.stderr.decode()
-    entries = redis_client.xrange(Keys().telemetry)
-    assert len(entries) == 1
+    entries = redis_client.xrange(Keys().telemetry_stream("sim-01"))
+    assert len(entries) == 1 and not redis_client.exists(Keys().telemetry_stream("sim-02"))
     sample = parse(entries[0][1][b"s"])
     assert sample["node"] == "sim-01" and sample["gpus"][1]["lost"] is True
     assert 1 <= redis_client.ttl(Keys().node("sim-01")) <= 3
@@ -176,7 +177,7 @@ def test_it_keeps_sampling_through_a_redis_outage_and_delivers_the_backlog():
                               "--interval", "0.2", "--redis-url", server.url)
     try:
         with redis.Redis.from_url(server.url) as client:
-            wait_for(lambda: client.xlen(Keys().telemetry) >= 4)
+            wait_for(lambda: client.xlen(Keys().telemetry_stream("sim-01")) >= 2)
         server.stop()
         outage_start = time.time()
         time.sleep(3)
@@ -185,9 +186,10 @@ def test_it_keeps_sampling_through_a_redis_outage_and_delivers_the_backlog():
         server.start()
         with redis.Redis.from_url(server.url) as client:
             # The restarted server kept nothing: what it holds was sampled during or after the outage.
-            entries = wait_for(lambda: [parse(f[b"s"]) for _, f in client.xrange(Keys().telemetry)
+            streams = [Keys().telemetry_stream(node) for node in ("sim-01", "sim-02")]
+            entries = wait_for(lambda: [parse(f[b"s"]) for stream in streams for _, f in client.xrange(stream)
                                         if parse(f[b"s"])["ts"] > outage_end + 0.5])
-            samples = [parse(f[b"s"]) for _, f in client.xrange(Keys().telemetry)]
+            samples = [parse(f[b"s"]) for stream in streams for _, f in client.xrange(stream)]
             assert entries
             assert client.exists(Keys().node("sim-01"))
         during = [s for s in samples if outage_start + 0.3 < s["ts"] < outage_end - 0.3]
@@ -243,3 +245,66 @@ def test_a_sysfs_or_procfs_that_is_not_a_directory_is_a_usage_error(flag, tmp_pa
     assert result.returncode == 2
     stderr = result.stderr.decode()
     assert f"argument {flag}: {tmp_path / 'missing'} is not a directory" in stderr.splitlines()[-1]
+
+
+# Secrets never on a command line (issue 31): /proc/<pid>/cmdline is readable by every user of the node.
+
+
+def _wrote_a_sample(client: redis.Redis) -> bool:
+    return any(b"sim-01" in key for key in client.keys())
+
+
+def test_the_redis_url_from_a_credentials_file_connects_and_writes(redis_client, redis_url, tmp_path):
+    credential = tmp_path / "redis-url"
+    credential.write_text(redis_url + "\n")  # as a Kubernetes secret or an editor leaves it
+    result = collector("--source", "simulated", "--nodes", "1", "--once", "--redis-url-file", str(credential))
+    assert result.returncode == 0, result.stderr.decode()
+    assert _wrote_a_sample(redis_client)
+    assert redis_url.encode() not in result.stderr
+
+
+def test_the_redis_url_file_named_by_the_environment_connects_and_writes(redis_client, redis_url, tmp_path):
+    credential = tmp_path / "redis-url"
+    credential.write_text(redis_url)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    result = subprocess.run([*COLLECTOR, "--source", "simulated", "--nodes", "1", "--once"], cwd=ROOT,
+                            env={**env, "GPULSE_REDIS_URL_FILE": str(credential)}, capture_output=True, timeout=30)
+    assert result.returncode == 0, result.stderr.decode()
+    assert _wrote_a_sample(redis_client)
+
+
+@pytest.mark.parametrize("content", [None, "", "  \n", "not-a-url"])
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_a_missing_empty_or_wrong_credentials_file_is_one_line_and_exit_2(tmp_path, content, how):
+    credential = tmp_path / "redis-url"
+    if content is not None:
+        credential.write_text(content)
+    args = [*COLLECTOR, "--source", "simulated", "--once"]
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    if how == "flag":
+        args += ["--redis-url-file", str(credential)]
+    else:
+        env["GPULSE_REDIS_URL_FILE"] = str(credential)
+    result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, timeout=30)
+    assert result.returncode == 2
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpulse collector: ") and str(credential) in lines[0], lines
+    assert result.stdout == b""
+
+
+def test_a_password_on_the_command_line_is_warned_about_and_never_repeated(redis_client, redis_url):
+    with_password = redis_url.replace("redis://", "redis://:s3cret-word@")
+    result = collector("--source", "simulated", "--once", "--stdout", "--redis-url", with_password)
+    assert result.returncode == 0
+    stderr = result.stderr.decode()
+    assert "/proc/<pid>/cmdline" in stderr and "--redis-url-file" in stderr
+    assert "s3cret-word" not in stderr
+    # Without a password, as in a test or the demo, nothing to warn about.
+    assert b"cmdline" not in collector("--source", "simulated", "--once", "--stdout",
+                                       "--redis-url", redis_url).stderr
+
+
+def test_the_url_and_the_file_together_are_a_usage_error(tmp_path):
+    result = collector("--source", "simulated", "--once", "--stdout", "--redis-url", "redis://x",
+                       "--redis-url-file", str(tmp_path / "f"))
+    assert result.returncode == 2 and "not allowed with argument" in result.stderr.decode()

@@ -1,4 +1,4 @@
-"""The periodic bandwidth probe runs real gloo ranks and lands in the probes stream."""
+"""The periodic bandwidth probe runs real gloo ranks and lands in each node's probe stream."""
 
 import json
 import subprocess
@@ -24,11 +24,12 @@ def test_the_runner_probes_each_node_into_the_stream_and_history(redis_client, r
     runner.start()
     keys = Keys()
     deadline = time.time() + 60
-    while redis_client.xlen(keys.probes) < 2 and time.time() < deadline:
+    streams = [keys.probe_stream(node) for node in ("sim-01", "sim-02")]
+    while not all(redis_client.xlen(stream) for stream in streams) and time.time() < deadline:
         time.sleep(0.2)
     runner.stop()
-    entries = [json.loads(fields[b"p"]) for _, fields in redis_client.xrange(keys.probes)]
-    assert {e["node"] for e in entries[:2]} == {"sim-01", "sim-02"}
+    for node, stream in zip(("sim-01", "sim-02"), streams, strict=True):
+        assert json.loads(redis_client.xrange(stream)[0][1][b"p"])["node"] == node
     latest = json.loads(redis_client.lindex(keys.probe_history("sim-01"), 0))
     assert latest["status"] == "succeeded" and latest["busbw"] > 0
     me = psutil.Process()

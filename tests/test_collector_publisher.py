@@ -18,8 +18,9 @@ def sample(node: str, ts: float, interval: float = 1.0) -> dict:
             "gpus": [{"index": 0, "uuid": "GPU-0", "name": "NVIDIA H100 80GB HBM3", "util": 50, "temp": 40}]}
 
 
-def stream(client) -> list[dict]:
-    return [parse(fields[b"s"]) for _, fields in client.xrange(Keys().telemetry)]
+def stream(client, *nodes: str) -> list[dict]:
+    """The samples in these nodes' telemetry streams, node by node."""
+    return [parse(fields[b"s"]) for node in nodes for _, fields in client.xrange(Keys().telemetry_stream(node))]
 
 
 def test_it_writes_each_sample_to_the_stream_and_the_node_key_with_a_ttl(redis_client, redis_url):
@@ -28,26 +29,27 @@ def test_it_writes_each_sample_to_the_stream_and_the_node_key_with_a_ttl(redis_c
     publisher.publish(batch)
     publisher.close()
 
-    assert stream(redis_client) == batch
+    assert stream(redis_client, "gpu-01", "gpu-02") == batch
     assert redis_client.get("gpulse:node:gpu-01") == encode(batch[0])
     assert 1 <= redis_client.ttl("gpulse:node:gpu-01") <= 3
     assert 13 <= redis_client.ttl("gpulse:node:gpu-02") <= 15
     assert publisher.pending == 0 and publisher.dropped == 0
 
 
-def test_it_caps_the_stream_near_maxlen(redis_client, redis_url):
+def test_it_caps_each_node_stream_near_maxlen(redis_client, redis_url):
     publisher = RedisPublisher(redis_url, Keys(), maxlen=50)
-    for tick in range(10):
-        publisher.publish([sample(f"gpu-{n:03d}", float(tick)) for n in range(100)])
+    for tick in range(1000):
+        publisher.publish([sample("gpu-001", float(tick)), sample("gpu-002", float(tick))])
     # MAXLEN ~ trims whole stream nodes (100 entries each), so a little more may remain.
-    assert 50 <= redis_client.xlen(Keys().telemetry) <= 250
+    for node in ("gpu-001", "gpu-002"):
+        assert 50 <= redis_client.xlen(Keys().telemetry_stream(node)) <= 250
 
 
 def test_the_node_key_gets_only_the_newest_sample_of_a_batch(redis_client, redis_url):
     publisher = RedisPublisher(redis_url, Keys())
     publisher.publish([sample("gpu-01", 1.0), sample("gpu-01", 2.0)])
     assert parse(redis_client.get("gpulse:node:gpu-01"))["ts"] == 2.0
-    assert [s["ts"] for s in stream(redis_client)] == [1.0, 2.0]
+    assert [s["ts"] for s in stream(redis_client, "gpu-01")] == [1.0, 2.0]
 
 
 @pytest.fixture
@@ -62,7 +64,7 @@ def test_it_buffers_through_an_outage_drops_the_oldest_and_flushes_in_order(own_
     publisher = RedisPublisher(own_redis.url, Keys(), buffer_size=5, backoff_initial=0.05, backoff_max=0.05)
     publisher.publish([sample("gpu-01", 0.0)])
     with redis.Redis.from_url(own_redis.url) as client:
-        assert len(stream(client)) == 1
+        assert len(stream(client, "gpu-01")) == 1
 
     own_redis.stop()
     with caplog.at_level(logging.INFO, logger="collectors.publisher"):
@@ -80,7 +82,7 @@ def test_it_buffers_through_an_outage_drops_the_oldest_and_flushes_in_order(own_
     # The restarted server kept nothing (no persistence): all it holds came from the
     # buffer, which the newest sample joined (pushing out one more old one) before the flush.
     with redis.Redis.from_url(own_redis.url) as client:
-        assert [s["ts"] for s in stream(client)] == [5.0, 6.0, 7.0, 8.0, 9.0]
+        assert [s["ts"] for s in stream(client, "gpu-01")] == [5.0, 6.0, 7.0, 8.0, 9.0]
         assert parse(client.get("gpulse:node:gpu-01"))["ts"] == 9.0
     assert publisher.pending == 0
     recovered = caplog.records[-1].getMessage()

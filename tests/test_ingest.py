@@ -11,7 +11,7 @@ from dashboard.live.ingest import Ingest
 from dashboard.live.models import GpuRollup
 from gpulse import schema, usage
 from gpulse.keys import INGEST_GROUP, Keys
-from tests.samples import sample
+from tests.samples import sample, stream_of
 
 pytestmark = pytest.mark.django_db
 
@@ -36,15 +36,17 @@ def make_ingest(redis_client, frames):
             frames.append(orjson.loads(frame))
             return True
 
-        return Ingest(redis_client, publish, clock=clock or time.time, **kwargs)
+        # A node's stream is found as soon as it is read, not a second later.
+        return Ingest(redis_client, publish, clock=clock or time.time, **{"discover_every": 0.0, **kwargs})
 
     return make
 
 
-def xadd(client, raw, at=None, held=None):
-    """Add an entry; ``at``: its arrival time (unix s, for a test's fake clock); ``held``: s its collector held it."""
+def xadd(client, raw, at=None, held=None, node=None):
+    """Add an entry to its node's stream (``node``'s, for one naming none); ``at``: its arrival time (unix s, for a
+    test's fake clock); ``held``: s its collector held it."""
     fields = {"s": raw} if held is None else {"s": raw, "held": str(held)}
-    client.xadd(Keys().telemetry, fields, id=entry_at(at) if at is not None else "*")
+    client.xadd(stream_of(raw, node), fields, id=entry_at(at) if at is not None else "*")
 
 
 ENTRY_SEQ = itertools.count()
@@ -93,8 +95,8 @@ def test_a_malformed_entry_is_counted_and_skipped_without_losing_its_batch(redis
     assert ingest.rejected == 3
     assert "unknown sample version 7" in caplog.text
     assert "missing field 'gpus'" in caplog.text
-    pending = redis_client.xpending(Keys().telemetry, INGEST_GROUP)
-    assert pending["pending"] == 0  # bad entries are acknowledged, not retried forever
+    for stream in ingest.streams.values():  # bad entries are acknowledged, not retried forever
+        assert redis_client.xpending(stream, INGEST_GROUP)["pending"] == 0
 
 
 def test_a_node_goes_stale_then_down_as_its_data_ages(redis_client, make_ingest, frames):
@@ -188,19 +190,20 @@ def test_entries_left_pending_by_a_dead_consumer_are_reclaimed(redis_client, mak
     xadd(redis_client, schema.encode(sample("orphan")))
     dead.ensure_group()
     # The dead consumer read the entry and died before acknowledging it.
-    redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry: ">"}, count=10)
+    redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry_stream("orphan"): ">"}, count=10)
     survivor = make_ingest(consumer="survivor")
     assert survivor.read(block_ms=10) == 0  # taken over when it starts, before anything new
     survivor.emit(time.time())
     assert "orphan" in frames[-1]["nodes"]
-    assert redis_client.xpending(Keys().telemetry, INGEST_GROUP)["pending"] == 0, "acknowledged once written"
+    assert redis_client.xpending(Keys().telemetry_stream("orphan"), INGEST_GROUP)["pending"] == 0, \
+        "acknowledged once written"
 
 
 def test_entries_a_live_consumer_left_pending_for_long_are_reclaimed(redis_client, make_ingest, frames, monkeypatch):
     survivor = make_ingest(consumer="survivor", flush_interval=0.0, usage_flush_interval=0.0)
-    survivor.ensure_group()
     xadd(redis_client, schema.encode(sample("orphan")))
-    redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry: ">"}, count=10)
+    survivor.ensure_group()
+    redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry_stream("orphan"): ">"}, count=10)
     monkeypatch.setattr("dashboard.live.ingest.RECLAIM_IDLE_MS", 0)
     assert survivor.reclaim() == 1
     survivor.emit(time.time())
@@ -215,7 +218,7 @@ def test_entries_held_until_the_next_rollup_write_are_not_reclaimed_by_their_own
     assert ingest.processed == 1 and len(ingest.unacked) == 1
     ingest.flush_rollups()
     assert GpuRollup.objects.get(node="n1", gpu=0).samples == 1
-    assert redis_client.xpending(Keys().telemetry, INGEST_GROUP)["pending"] == 0
+    assert redis_client.xpending(Keys().telemetry_stream("n1"), INGEST_GROUP)["pending"] == 0
 
 
 def test_it_writes_the_snapshot_recent_points_known_nodes_and_heartbeat(redis_client, make_ingest):

@@ -31,7 +31,7 @@ GPUS = 4
 FLUSH_INTERVAL = "0.3"
 USAGE_FLUSH_INTERVAL = "2"  # longer: the kills fall between usage writes too
 KEYS = Keys()
-CHECKPOINT = f"{KEYS.telemetry} {INGEST_GROUP}"
+STREAMS = [KEYS.telemetry_stream(f"node-{n}") for n in range(NODES)]
 SUITE_DATABASE = dj_database_url.parse(os.environ.get("DATABASE_URL") or "sqlite:///unused")
 ON_POSTGRES = SUITE_DATABASE["ENGINE"].endswith("postgresql")
 
@@ -82,10 +82,10 @@ class RollupDatabase:
             found[(node, gpu, int(minute.timestamp()))] += samples
         return dict(found)
 
-    def checkpoint(self, of: str = "entry") -> tuple[int, int] | None:
-        """The rollups' checkpoint, or with ``of="usage_entry"`` the usage's."""
-        rows = self.query(f"SELECT {of}_ms, {of}_seq FROM live_rollupcheckpoint WHERE stream = %s", CHECKPOINT)
-        return tuple(rows[0]) if rows else None
+    def checkpoint(self, of: str = "entry") -> dict[str, tuple[int, int]]:
+        """Each node stream's rollup checkpoint, or with ``of="usage_entry"`` its usage's."""
+        rows = self.query(f"SELECT stream, {of}_ms, {of}_seq FROM live_rollupcheckpoint")
+        return {stream.removesuffix(f" {INGEST_GROUP}"): (ms, seq) for stream, ms, seq in rows}
 
 
 def postgres_connect(dbname: str, user: str | None = None):
@@ -207,7 +207,7 @@ class Feed:
         self.start = (int(time.time()) // 60 - 60) * 60
         self.second = 0
         self.expected: dict = defaultdict(lambda: [0, 0.0, 0])  # (node, gpu, minute) -> samples, util sum, count
-        self.last_id = b"0-0"
+        self.last_ids: dict[str, bytes] = {}  # stream -> the newest entry sent to it
 
     def send(self, seconds: int, pace: float = 0.0) -> None:
         """XADD ``seconds`` seconds of samples, ``pace`` seconds apart."""
@@ -223,8 +223,8 @@ class Feed:
                     row[1] += gpu["util"]
                     row[2] += 1
                 # An hour old, as a collector's backlog after an outage is: it says how long it held them.
-                pipe.xadd(KEYS.telemetry, {"s": schema.encode(reading), "held": str(time.time() - ts)})
-            self.last_id = pipe.execute()[-1]
+                pipe.xadd(STREAMS[n], {"s": schema.encode(reading), "held": str(time.time() - ts)})
+            self.last_ids.update(zip(STREAMS, pipe.execute(), strict=True))
             self.second += 1
             if pace:
                 time.sleep(pace)
@@ -234,8 +234,9 @@ class Feed:
 
 
 def caught_up(database: RollupDatabase, client, feed: Feed) -> bool:
-    return (database.checkpoint() == database.checkpoint("usage_entry") == entry_key(feed.last_id)
-            and client.xpending(KEYS.telemetry, INGEST_GROUP)["pending"] == 0)
+    sent = {stream: entry_key(entry_id) for stream, entry_id in feed.last_ids.items()}
+    return (database.checkpoint() == database.checkpoint("usage_entry") == sent
+            and all(client.xpending(stream, INGEST_GROUP)["pending"] == 0 for stream in STREAMS))
 
 
 def assert_every_minute_exact(database: RollupDatabase, client, feed: Feed, ingest: IngestProcess, when: str) -> None:
@@ -282,9 +283,12 @@ def test_kill_9_and_sigterm_at_any_point_of_a_minute_lose_nothing_and_count_noth
 
     feed.send(20, pace=0.03)
     assert ingest.signal(signal.SIGTERM) == 0  # a deploy
-    delivered = next(g for g in redis_client.xinfo_groups(KEYS.telemetry) if g["name"] == INGEST_GROUP.encode())
-    assert redis_client.xpending(KEYS.telemetry, INGEST_GROUP)["pending"] == 0, "SIGTERM acknowledges what it read"
-    assert database.checkpoint() == entry_key(delivered["last-delivered-id"]), "... once it is written"
+    delivered = {stream: entry_key(next(g for g in redis_client.xinfo_groups(stream)
+                                        if g["name"] == INGEST_GROUP.encode())["last-delivered-id"])
+                 for stream in STREAMS}
+    assert all(redis_client.xpending(stream, INGEST_GROUP)["pending"] == 0 for stream in STREAMS), \
+        "SIGTERM acknowledges what it read"
+    assert database.checkpoint() == delivered, "... once it is written"
     ingest.start(redis_client)
     assert_every_minute_exact(database, redis_client, feed, ingest, "after SIGTERM")
 
@@ -305,9 +309,11 @@ def test_a_crash_between_the_write_and_the_acknowledgement_counts_nothing_twice(
     assert_every_minute_exact(database, redis_client, feed, ingest, "first run")
     ingest.signal(signal.SIGKILL)
     # As if the last write's XACK never reached Redis: its entries are pending again.
-    redis_client.xgroup_setid(KEYS.telemetry, INGEST_GROUP, "0")
-    redis_client.xreadgroup(INGEST_GROUP, "killed", {KEYS.telemetry: ">"}, count=10_000)
-    assert redis_client.xpending(KEYS.telemetry, INGEST_GROUP)["pending"] == redis_client.xlen(KEYS.telemetry)
+    for stream in STREAMS:
+        redis_client.xgroup_setid(stream, INGEST_GROUP, "0")
+    redis_client.xreadgroup(INGEST_GROUP, "killed", dict.fromkeys(STREAMS, ">"), count=10_000)
+    assert all(redis_client.xpending(stream, INGEST_GROUP)["pending"] == redis_client.xlen(stream)
+               for stream in STREAMS)
     ingest.start(redis_client)
     assert_every_minute_exact(database, redis_client, feed, ingest, "after re-reading written entries")
 

@@ -20,7 +20,7 @@ from dashboard.live.models import GpuRollup
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, Keys
 from tests.celery_workers import database_url_of_tests, webhook_worker_running
-from tests.samples import gpu, sample
+from tests.samples import gpu, sample, stream_of
 
 ROOT = Path(__file__).resolve().parent.parent
 # The ingest process and the in-process control worker use their own connections: commit.
@@ -98,7 +98,8 @@ class RunningIngest:
         raise AssertionError(f"{what} within {timeout:.0f} s; heartbeat {self.heartbeat()}\n{self.log()[-3000:]}")
 
     def send_good(self, **overrides) -> None:
-        self.client.xadd(self.keys.telemetry, {"s": schema.encode(sample("good-1", ts=time.time(), **overrides))})
+        self.client.xadd(self.keys.telemetry_stream("good-1"),
+                         {"s": schema.encode(sample("good-1", ts=time.time(), **overrides))})
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -137,11 +138,15 @@ def test_poison_entries_are_acknowledged_and_counted_while_good_nodes_go_on(inge
     old = (now // 60 - 10) * 60  # ten minutes ago: rolled up and written on the next tick
     rejected = poison(now, old)
     nulled, readings = nulled_readings(now)
-    ingest.client.xadd(keys.telemetry, {"x": "an entry without a sample"})
+    ingest.client.xadd(keys.telemetry_stream("p-empty"), {"x": "an entry without a sample"})
+    poisoned = set()
     for entry in rejected + nulled:
         # Held by its collector through an outage: placed at its own ts, in a finished minute.
-        ingest.client.xadd(keys.telemetry, {"s": schema.encode(sample("good-old", ts=old)), "held": str(now - old)})
-        last_poison = ingest.client.xadd(keys.telemetry, {"s": entry})
+        ingest.client.xadd(keys.telemetry_stream("good-old"),
+                           {"s": schema.encode(sample("good-old", ts=old)), "held": str(now - old)})
+        stream = stream_of(entry)
+        poisoned.add(stream)
+        ingest.client.xadd(stream, {"s": entry})
         ingest.send_good()
 
     beat = ingest.wait_for(
@@ -150,8 +155,8 @@ def test_poison_entries_are_acknowledged_and_counted_while_good_nodes_go_on(inge
     )
     assert beat["alerts"]["ok"] and beat["alerts"]["proposals_failed"] == 0
     # Acknowledged with the next rollup write, poison and all: nothing stays pending to fail again.
-    ingest.wait_for("every poison entry acknowledged", lambda: not redis_client.xpending_range(
-        keys.telemetry, INGEST_GROUP, min="-", max=last_poison, count=1))
+    ingest.wait_for("every poison entry acknowledged", lambda: not any(
+        redis_client.xpending(stream, INGEST_GROUP)["pending"] for stream in poisoned))
 
     snapshot = ingest.wait_for("good nodes in the snapshot", lambda: orjson.loads(redis_client.get(keys.snapshot)))
     assert snapshot["nodes"]["good-1"]["status"] == "up" and len(snapshot["nodes"]["good-1"]["gpus"]) == 2

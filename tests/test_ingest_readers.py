@@ -74,13 +74,13 @@ def test_probe_results_that_are_not_valid_are_skipped_by_ingest_and_the_node_api
     keys = Keys()
     good = {"v": 1, "node": "good", "ts": time.time(), "status": "succeeded", "busbw": 10.0}
     for raw in HOSTILE_PROBES:
-        hostile_cluster.xadd(keys.probes, {"p": raw})
+        hostile_cluster.xadd(keys.probe_stream("good"), {"p": raw})
         hostile_cluster.lpush(keys.probe_history("good"), raw)
-    hostile_cluster.xadd(keys.probes, {"p": orjson.dumps(good)})
+    hostile_cluster.xadd(keys.probe_stream("good"), {"p": orjson.dumps(good)})
     hostile_cluster.lpush(keys.probe_history("good"), orjson.dumps(good))
     tracker = ProbeTracker(hostile_cluster, keys, 0.2)
     tracker.seed(["good"])
-    tracker.last_id = "0-0"
+    tracker.last_ids["good"] = "0-0"
     assert tracker.poll() == {"good"} and tracker.busbw() == {"good": 10.0}
     probes = client.get("/api/v1/nodes/good").json()["probes"]
     assert [probe["busbw"] for probe in probes] == [10.0]
@@ -116,8 +116,8 @@ def test_healthz_turns_red_while_alert_evaluation_fails(client, redis_client, dj
 
 def test_rejected_entries_are_a_number_on_healthz_and_a_counter_on_metrics_never_red(client, alice, redis_client):
     ingest = Ingest(redis_client, lambda frame: True, evaluator=AlertEvaluator())
-    redis_client.xadd(Keys().telemetry, {"s": schema.encode(sample("n1", throttle=1))})
-    redis_client.xadd(Keys().telemetry, {"s": schema.encode(sample("n1", util=1e19))})
+    redis_client.xadd(Keys().telemetry_stream("n1"), {"s": schema.encode(sample("n1", throttle=1))})
+    redis_client.xadd(Keys().telemetry_stream("n1"), {"s": schema.encode(sample("n1", util=1e19))})
     ingest.read(block_ms=10)
     ingest.emit(time.time())
     body = client.get("/healthz").json()

@@ -23,11 +23,12 @@ def frames():
 
 
 def make_ingest(client, frames, **kwargs) -> Ingest:
-    return Ingest(client, lambda frame: frames.append(orjson.loads(frame)) or True, **kwargs)
+    return Ingest(client, lambda frame: frames.append(orjson.loads(frame)) or True,
+                  **{"discover_every": 0.0, **kwargs})
 
 
 def xadd(client, s: dict, **extra) -> None:
-    client.xadd(Keys().telemetry, {"s": schema.encode(s), **extra})
+    client.xadd(Keys().telemetry_stream(s["node"]), {"s": schema.encode(s), **extra})
 
 
 def stamped(node: str, seq: int, boot: str = "boot-a", **kwargs) -> dict:
@@ -201,18 +202,19 @@ def test_a_node_down_longer_than_the_setting_is_forgotten(redis_client, frames):
 
 def test_idle_consumers_with_nothing_pending_are_removed_from_the_group(redis_client, frames, monkeypatch):
     keys = Keys()
+    stream = keys.telemetry_stream("n1")
     xadd(redis_client, sample("n1"))
-    redis_client.xgroup_create(keys.telemetry, INGEST_GROUP, id="0", mkstream=True)
-    redis_client.xreadgroup(INGEST_GROUP, "dead-idle", {keys.telemetry: ">"}, count=1)
-    redis_client.xack(keys.telemetry, INGEST_GROUP, redis_client.xrange(keys.telemetry)[-1][0])
+    redis_client.xgroup_create(stream, INGEST_GROUP, id="0", mkstream=True)
+    redis_client.xreadgroup(INGEST_GROUP, "dead-idle", {stream: ">"}, count=1)
+    redis_client.xack(stream, INGEST_GROUP, redis_client.xrange(stream)[-1][0])
     ingest = make_ingest(redis_client, frames, consumer="me", forget_consumers_after=0.1)
     ingest.read(block_ms=10)  # on start, ingest takes over whatever was pending
     # A consumer that read an entry since, and died before acknowledging it.
-    xadd(redis_client, sample("n2"))
-    redis_client.xreadgroup(INGEST_GROUP, "dead-with-pending", {keys.telemetry: ">"}, count=1)
+    xadd(redis_client, sample("n1"))
+    redis_client.xreadgroup(INGEST_GROUP, "dead-with-pending", {stream: ">"}, count=1)
     time.sleep(0.2)
     ingest.forget_idle_consumers()
-    names = {c["name"] for c in redis_client.xinfo_consumers(keys.telemetry, INGEST_GROUP)}
+    names = {c["name"] for c in redis_client.xinfo_consumers(stream, INGEST_GROUP)}
     names = {n.decode() if isinstance(n, bytes) else n for n in names}
     assert "dead-idle" not in names
     assert "dead-with-pending" in names, "a consumer that owns pending entries is kept for reclaim"

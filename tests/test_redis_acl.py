@@ -27,7 +27,7 @@ from tests.celery_workers import NodeWorkers
 from tests.samples import sample
 from workers import job_events
 from workers.allreduce import SweepSpec
-from workers.celery_app import CONTROL_QUEUE, SCHEDULER_QUEUE, WEBHOOK_QUEUE, app, node_queue
+from workers.celery_app import CONTROL_QUEUE, SCHEDULER_QUEUE, WEBHOOK_QUEUE, app, node_queue, node_transport_options
 
 KEYS = Keys()
 P = KEYS.prefix
@@ -78,8 +78,16 @@ CONTROL_TASK = ("lpush control queue", lambda c: c.lpush(f"{P}celery:{CONTROL_QU
 FORGE_UNACKED = ("hset celery unacked", lambda c: c.hset(f"{P}celery:unacked", "tag", b"[]"))
 CELERY_EVENT = ("publish celery event", lambda c: c.publish(f"{P}celery:/0.celeryev/worker.online", b"{}"))
 READ_SNAPSHOT = ("get snapshot", lambda c: c.get(KEYS.snapshot))
-READ_TELEMETRY = ("xread telemetry", lambda c: c.xread({KEYS.telemetry: "0-0"}))
-FORGE_TELEMETRY = ("xadd telemetry", lambda c: c.xadd(KEYS.telemetry, {"s": b"{}"}))
+READ_TELEMETRY = ("xread telemetry", lambda c: c.xread({KEYS.telemetry_stream("gpu-01"): "0-0"}))
+FORGE_TELEMETRY = ("xadd telemetry", lambda c: c.xadd(KEYS.telemetry_stream("gpu-01"), {"s": b"{}"}))
+# A node's credential writing into another node's stream, or making up a node.
+FORGE_OTHER_TELEMETRY = ("xadd gpu-02's telemetry", lambda c: c.xadd(KEYS.telemetry_stream("gpu-02"), {"s": b"{}"}))
+NEW_NODE_TELEMETRY = ("xadd a new node's telemetry",
+                      lambda c: c.xadd(KEYS.telemetry_stream("login01"), {"s": b"{}"}))
+FORGE_OTHER_PROBE = ("xadd gpu-02's probe stream", lambda c: c.xadd(KEYS.probe_stream("gpu-02"), {"p": b"{}"}))
+TRIM_OTHER_TELEMETRY = ("xadd MAXLEN 0 on gpu-02's telemetry", lambda c: c.xadd(
+    KEYS.telemetry_stream("gpu-02"), {"s": b"{}"}, maxlen=0))
+TRIM_COMMAND = ("xtrim own telemetry", lambda c: c.xtrim(KEYS.telemetry_stream("gpu-01"), maxlen=0))
 FORGE_NODE = ("set node:gpu-01", lambda c: c.set(KEYS.node("gpu-01"), b"{}"))
 FORGE_KNOWN = ("hset nodes", lambda c: c.hset(KEYS.known_nodes, "gpu-09", b"{}"))
 FRAME_TO_BROWSERS = ("publish frame", lambda c: c.publish(f"{P}asgi__group__cluster", b"{}"))
@@ -95,13 +103,21 @@ def refused(user: str, attempts: list) -> list:
 
 
 @pytest.mark.parametrize("user,attempt", [
-    *refused("node-gpu-01", [FORGE_OTHER_NODE, FORGE_OTHER_PROBES, FORGE_JOB_RESULT, CLAIM_JOB, CANCEL_JOB,
+    *refused("node-gpu-01", [FORGE_OTHER_NODE, FORGE_OTHER_PROBES, FORGE_OTHER_TELEMETRY, NEW_NODE_TELEMETRY,
+                             FORGE_OTHER_PROBE, TRIM_OTHER_TELEMETRY, TRIM_COMMAND,
+                             FORGE_JOB_RESULT, CLAIM_JOB, CANCEL_JOB,
                              NODE_TASK, CONTROL_TASK, FORGE_UNACKED, CELERY_EVENT, READ_SNAPSHOT, READ_TELEMETRY,
                              FORGE_KNOWN, FRAME_TO_BROWSERS, *ADMIN]),
-    *refused("simulator", [FORGE_NODE, FORGE_JOB_RESULT, CONTROL_TASK, READ_SNAPSHOT,
+    *refused("simulator", [FORGE_NODE, FORGE_OTHER_TELEMETRY, FORGE_JOB_RESULT, CONTROL_TASK, READ_SNAPSHOT,
                            ("hset faults", lambda c: c.hset(KEYS.simulator_faults, "sim-01", "hot")), *ADMIN]),
     *refused("nodeworker-gpu-01", [FORGE_TELEMETRY, FORGE_NODE, READ_SNAPSHOT, FORGE_KNOWN, FRAME_TO_BROWSERS,
-                                   ("claim for gpu-02", lambda c: c.set(f"{P}job:1:claimed:gpu-02", 1)), *ADMIN]),
+                                   ("claim for gpu-02", lambda c: c.set(f"{P}job:1:claimed:gpu-02", 1)),
+                                   FORGE_JOB_RESULT, CANCEL_JOB, NODE_TASK, CONTROL_TASK, FORGE_UNACKED, CELERY_EVENT,
+                                   ("xadd gpu-02's job events", lambda c: c.xadd(KEYS.job_node_events(1, "gpu-02"),
+                                                                                {"e": b"{}"})),
+                                   ("lpush gpu-02's node queue", lambda c: c.lpush(
+                                       f"{KEYS.node_broker_prefix('gpu-02')}{node_queue('gpu-02')}", b"{}")),
+                                   *ADMIN]),
     *refused("ingest", [FORGE_JOB_RESULT, CANCEL_JOB, NODE_TASK, FORGE_UNACKED, CELERY_EVENT, *ADMIN]),
     # The web may end a job it cancels (its final event), so it is not refused FORGE_JOB_RESULT.
     *refused("web", [FORGE_TELEMETRY, NODE_TASK, FORGE_UNACKED, CELERY_EVENT, *ADMIN]),
@@ -121,9 +137,9 @@ def test_a_node_publishes_its_samples_and_probes_as_its_own_user(acl):
     publisher.close()
     client = acl.client("node-gpu-01")
     publish_probe(client, KEYS, probe_record("gpu-01"))
-    assert acl.admin.xlen(KEYS.telemetry) == 1
+    assert acl.admin.xlen(KEYS.telemetry_stream("gpu-01")) == 1
     assert orjson.loads(acl.admin.get(KEYS.node("gpu-01")))["node"] == "gpu-01"
-    assert acl.admin.xlen(KEYS.probes) == 1
+    assert acl.admin.xlen(KEYS.probe_stream("gpu-01")) == 1
     assert acl.admin.llen(KEYS.probe_history("gpu-01")) == 1
 
 
@@ -132,7 +148,7 @@ def test_a_node_publishing_for_another_node_writes_nothing(acl):
     publisher.publish([sample("gpu-01"), sample("gpu-02")])
     # The transaction is refused whole: not even gpu-01's own sample goes in.
     assert publisher.pending == 2
-    assert acl.admin.xlen(KEYS.telemetry) == 0
+    assert not acl.admin.exists(KEYS.telemetry_stream("gpu-01"), KEYS.telemetry_stream("gpu-02"))
     assert acl.admin.get(KEYS.node("gpu-02")) is None
     client = acl.client("node-gpu-01")
     with pytest.raises(NoPermissionError):
@@ -146,7 +162,7 @@ def test_the_demo_simulator_publishes_its_fleet_and_reads_the_faults_the_web_set
     publisher.publish([sample("sim-01"), sample("sim-02")])
     assert publisher.pending == 0
     publisher.close()
-    assert acl.admin.xlen(KEYS.telemetry) == 2 and acl.admin.exists(KEYS.node("sim-02"))
+    assert acl.admin.xlen(KEYS.telemetry_stream("sim-02")) == 1 and acl.admin.exists(KEYS.node("sim-02"))
     assert redis_fault_reader(acl.client("simulator"), KEYS)() == {"sim-02": "hot"}
 
 
@@ -165,12 +181,13 @@ def test_a_node_worker_receives_a_task_from_control_and_writes_its_job_events(ac
     try:
         spec = SweepSpec(backend="gloo", min_bytes=1024, max_bytes=2048, warmup=1, iters=2, ranks_per_node=1,
                          timeout=60).to_dict()
-        with app.connection_for_write(acl.url("control")) as connection:
+        with app.connection_for_write(acl.url("control"),
+                                      transport_options=node_transport_options("gpu-01")) as connection:
             app.send_task("gpulse.benchmarks.run_node", args=[41, "gpu-01", spec], queue=node_queue("gpu-01"),
                           connection=connection)
 
         def node_done():
-            entries = acl.admin.xrange(KEYS.job_events(41))
+            entries = acl.admin.xrange(KEYS.job_node_events(41, "gpu-01"))
             return [e for _, fields in entries if (e := orjson.loads(fields[b"e"]))["kind"] == "node_done"]
 
         done = wait_for(node_done, 120, "the node worker's node_done event", tmp_path / "worker-gpu-01.log")[0]
@@ -217,7 +234,7 @@ def test_ingest_consumes_as_its_user_and_its_frames_reach_the_web_user(acl, sett
         publisher.close()
     receiver.join(25)
     assert ingest.processed == 1
-    assert acl.admin.xpending(KEYS.telemetry, "ingest")["pending"] == 0  # acknowledged
+    assert acl.admin.xpending(KEYS.telemetry_stream("gpu-01"), "ingest")["pending"] == 0  # acknowledged
     assert b"gpu-01" in acl.admin.get(KEYS.snapshot)
     assert acl.admin.hexists(KEYS.known_nodes, "gpu-01")
     assert acl.admin.llen(KEYS.recent("gpu-01")) == 1
@@ -250,11 +267,13 @@ def test_the_web_reads_what_pages_show_and_writes_only_its_own_keys(acl):
     assert web.lrange(KEYS.recent("gpu-01"), 0, -1) and web.lrange(KEYS.probe_history("gpu-01"), 0, -1)
     assert web.get(KEYS.snapshot) and web.get(KEYS.ingest_heartbeat)
     assert web.xread({KEYS.job_events(3): "0-0"}, block=10)
-    assert web.xrevrange(KEYS.probes, count=1) == []
+    acl.admin.xadd(KEYS.job_node_events(3, "gpu-01"), {"e": b'{"kind": "started"}'})
+    assert web.xread({KEYS.job_node_events(3, "gpu-01"): "0-0"}, block=10)  # the job page's rows
     web.hset(KEYS.simulator_faults, "gpu-01", "hot")
     web.hdel(KEYS.simulator_faults, "gpu-01")
     # Cancelling a running job: its cancel flag and its final event.
     web.set(KEYS.job_cancel(3), 1, ex=60)
+    web.set(KEYS.job_node_cancel(3, "gpu-01"), 1, ex=60)
     job_events.emit(web, KEYS, 3, {"kind": "final", "status": "cancelled", "reason": "test"})
     # A websocket's place in its user's set (dashboard.accounts.websocket).
     with web.pipeline(transaction=True) as pipe:

@@ -53,7 +53,8 @@ def test_a_reason_loses_quotes_newlines_and_control_characters_and_is_bounded():
     assert not set("\"'`\\\n\x00") & set(reason)
 
 
-@pytest.mark.parametrize("node", ["gpu-01 State=RESUME", "gpu-01\nx", "-h", "../etc", "a" * 64, ""])
+@pytest.mark.parametrize("node", ["gpu-01 State=RESUME", "gpu-01\nx", "-h", "../etc", "a" * 64, "",
+                                  "ALL", "all", "All", "default", "gpu-[01-99]", "gpu-01,gpu-02"])
 def test_a_node_name_gpulse_does_not_accept_is_refused_before_scontrol_runs(node, settings):
     # Were scontrol run, this path would fail as "not found", not as a refused name.
     settings.GPULSE_SCONTROL = "/nonexistent/scontrol"

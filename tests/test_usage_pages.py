@@ -137,6 +137,22 @@ def test_a_bad_range_shows_why_on_the_page_with_400(viewer, query, message):
     assert 'name="since"' in html  # the form, to put it right
 
 
+# Times beyond what a datetime holds (issue 31): each answered 500 (OverflowError) before.
+OVERFLOWING = ["since=1e20", "since=inf", "since=-inf", "until=1e300", "since=nan", "since=-1e20",
+               "since=99999999999d", "since=9999999999999999999999h", "since=0001-01-01T00:00:00%2B14:00"]
+
+
+@pytest.mark.parametrize("query", OVERFLOWING)
+def test_a_time_that_overflows_is_a_400_on_the_page_the_csvs_and_the_api(viewer, query):
+    page = viewer.get(f"/usage/?{query}")
+    assert page.status_code == 400 and 'id="range-error"' in page.content.decode()
+    for by in ("user", "job", "node"):
+        csv_response = viewer.get(f"/usage/{by}.csv?{query}")
+        assert csv_response.status_code == 400, (by, csv_response.content)
+    api = viewer.get(f"/api/v1/usage?{query}")
+    assert api.status_code == 400 and api.json()["error"]
+
+
 def test_the_idle_allocations_now_longest_first_with_owner_and_price(viewer, redis_client, make_ingest, priced):  # noqa: F811
     ingest = make_ingest()
     now = time.time()

@@ -12,7 +12,7 @@ import pytest
 from dashboard.alerts import delivery
 from dashboard.alerts.formats import FORMATS, ZERO_TIME, Event
 from dashboard.alerts.models import FORMATS as FORMAT_CHOICES
-from dashboard.alerts.models import DeliveryAttempt, WebhookEndpoint
+from dashboard.alerts.models import DeliveryAttempt, Transition, WebhookEndpoint
 
 SECRET = "s3cret-never-logged"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "webhook-signature.md"
@@ -61,10 +61,15 @@ def test_a_delivery_is_signed_as_the_readme_says(receiver, allow_private):
     assert headers["X-Gpulse-Event"] == str(event.event_id)
     assert headers["X-Gpulse-Signature"] == delivery.signature(SECRET, headers["X-Gpulse-Timestamp"], request["body"])
     verify = readme_verify()
-    assert verify(SECRET, headers, request["body"])
-    assert not verify("wrong secret", headers, request["body"])
-    assert not verify(SECRET, headers, request["body"] + b" ")
-    assert orjson.loads(request["body"])["event_id"] == str(event.event_id)
+    assert not verify("wrong secret", headers, request["body"], {})
+    assert not verify(SECRET, headers, request["body"] + b" ", {})
+    seen: dict = {}
+    assert verify(SECRET, headers, request["body"], seen)
+    assert not verify(SECRET, headers, request["body"], seen), "the same delivery again is a replay"
+    body = orjson.loads(request["body"])
+    assert body["event_id"] == str(event.event_id)
+    # The delivery id is inside the signed body, the header says the same.
+    assert body["delivery_id"] == headers["X-Gpulse-Delivery"] and uuid.UUID(body["delivery_id"])
 
 
 @pytest.mark.parametrize(
@@ -270,3 +275,77 @@ def test_gpulse_payload():
 
 def test_every_format_choice_has_a_renderer():
     assert {name for name, _ in FORMAT_CHOICES} == set(FORMATS)
+
+
+# Webhook replay (issue 31): a delivery has an id in its signed part, and a task sends only what the database says.
+
+
+@pytest.fixture
+def dispatched(db, receiver, allow_private, redis_client, monkeypatch):
+    """A firing transition as dispatch leaves it, two gpulse endpoints, and the re-queued attempts recorded
+    instead of sent to a worker."""
+    from dashboard.alerts import tasks
+    from tests.test_webhook_worker import a_transition
+
+    transition = a_transition()
+    Transition.objects.filter(id=transition.id).update(processed=datetime.now(UTC))
+    ops = WebhookEndpoint.objects.create(name="ops", url=receiver.url + "/ops", secret=SECRET, format="gpulse")
+    other = WebhookEndpoint.objects.create(name="other", url=receiver.url + "/other", secret=SECRET, format="gpulse")
+    queued: list = []
+    monkeypatch.setattr(tasks.deliver, "apply_async", lambda args, **kwargs: queued.append(args))
+    return transition, ops, other, queued
+
+
+def run_deliver(*args, **kwargs):
+    from dashboard.alerts import tasks
+
+    return tasks.deliver.apply(args=args, kwargs=kwargs).get()
+
+
+def test_a_retry_keeps_its_delivery_id_and_another_endpoint_gets_another(receiver, dispatched):
+    transition, ops, other, queued = dispatched
+    receiver.answer(500)
+    assert run_deliver(transition.id, ops.id, 1) == "retry" and queued == [(transition.id, ops.id, 2)]
+    assert run_deliver(transition.id, ops.id, 2) == "ok"
+    assert run_deliver(transition.id, other.id, 1) == "ok"
+    first, retry, elsewhere = receiver.wait_for(3)
+    ids = [r["headers"]["X-Gpulse-Delivery"] for r in (first, retry, elsewhere)]
+    assert ids[0] == ids[1] != ids[2]
+    assert [orjson.loads(r["body"])["delivery_id"] for r in (first, retry, elsewhere)] == ids
+    assert ids[0] == str(delivery.delivery_id(transition.event_id, ops.id))
+    assert delivery.delivery_id(uuid.uuid4(), ops.id) != delivery.delivery_id(transition.event_id, ops.id)
+
+
+def test_a_task_pushed_again_after_the_delivery_sends_nothing(receiver, dispatched):
+    transition, ops, _, _ = dispatched
+    assert run_deliver(transition.id, ops.id) == "ok"
+    # A node with the broker's credential replayed this 15 times, each freshly signed (issue 31).
+    for number in (1, 2, 5):
+        assert run_deliver(transition.id, ops.id, number) == "done"
+    assert len(receiver.requests) == 1
+
+
+def test_a_task_for_a_transition_never_dispatched_to_the_endpoint_sends_nothing(receiver, dispatched):
+    transition, ops, _, _ = dispatched
+    Transition.objects.filter(id=transition.id).update(processed=None)
+    assert run_deliver(transition.id, ops.id) == "refused"  # dispatch never claimed it
+    Transition.objects.filter(id=transition.id).update(processed=datetime.now(UTC), notify=False)
+    assert run_deliver(transition.id, ops.id) == "refused"  # it notifies no one
+    Transition.objects.filter(id=transition.id).update(notify=True)
+    WebhookEndpoint.objects.filter(id=ops.id).update(min_severity="critical")
+    assert run_deliver(transition.id, ops.id) == "refused"  # the endpoint does not want a warning
+    assert run_deliver(transition.id + 1000, ops.id) == "gone"
+    assert receiver.requests == []
+
+
+def test_a_forged_state_in_the_task_is_refused_and_the_database_state_is_what_goes_out(receiver, dispatched):
+    transition, ops, _, _ = dispatched
+    with pytest.raises(TypeError):
+        run_deliver(transition.id, ops.id, kind="resolved")
+    with pytest.raises(TypeError):
+        run_deliver(transition.id, ops.id, 1, "resolved")
+    assert receiver.requests == []
+    assert run_deliver(transition.id, ops.id) == "ok"
+    [request] = receiver.wait_for(1)
+    body = orjson.loads(request["body"])
+    assert (body["kind"], body["status"], body["event_id"]) == ("firing", "firing", str(transition.event_id))

@@ -140,9 +140,9 @@ async def test_sockets_of_a_crashed_process_stop_counting_once_their_heartbeat_l
 
 async def test_a_browser_gets_the_snapshot_then_one_delta_per_tick(redis_client, session_cookie):
     publisher = FramePublisher()
-    ingest = Ingest(redis_client, publisher.publish)
+    ingest = Ingest(redis_client, publisher.publish, discover_every=0.0)
     try:
-        redis_client.xadd(Keys().telemetry, {"s": schema.encode(sample("n1"))})
+        redis_client.xadd(Keys().telemetry_stream("n1"), {"s": schema.encode(sample("n1"))})
         await asyncio.to_thread(ingest.read, 10)
         await asyncio.to_thread(ingest.emit, ingest.clock())
 
@@ -153,7 +153,7 @@ async def test_a_browser_gets_the_snapshot_then_one_delta_per_tick(redis_client,
         assert snapshot["type"] == "snapshot" and set(snapshot["nodes"]) == {"n1"}
 
         for n in range(20):
-            redis_client.xadd(Keys().telemetry, {"s": schema.encode(sample(f"m{n}"))})
+            redis_client.xadd(Keys().telemetry_stream(f"m{n}"), {"s": schema.encode(sample(f"m{n}"))})
         await asyncio.to_thread(ingest.read, 10)
         await asyncio.to_thread(ingest.emit, ingest.clock())
         delta = orjson.loads(await communicator.receive_from(timeout=5))
@@ -202,7 +202,7 @@ async def test_the_node_socket_judges_a_node_with_a_skewed_clock_by_arrival(redi
     ingest = Ingest(redis_client, publisher.publish)
     try:
         behind = sample("skewed", ts=time.time() - 3600)  # its clock is an hour behind; it reports every second
-        redis_client.xadd(Keys().telemetry, {"s": schema.encode(behind)})
+        redis_client.xadd(Keys().telemetry_stream("skewed"), {"s": schema.encode(behind)})
         redis_client.set(Keys().node("skewed"), schema.encode(behind))  # as its collector writes it
         await asyncio.to_thread(ingest.read, 10)
         await asyncio.to_thread(ingest.emit, ingest.clock())

@@ -1,24 +1,54 @@
 """Celery entry point of a GPU node's worker: `celery -A workers.node_worker worker -Q node.<name>`.
 
 Its tasks run benchmark ranks and touch no database, so Django is never imported.
+Before it connects it moves to its node's own Celery key space
+(workers/celery_app.py, node_broker): it consumes only node queues, all of one
+broker (one node's, or the demo's simulated nodes'), with remote control and
+events off; start it with --without-gossip --without-mingle, which need the
+pidbox its ACL user does not have.
 While it runs it keeps a heartbeat for each node whose queue it consumes
 (workers/heartbeat.py), so launches on a node without a worker are refused.
 """
 
-import os
 
 import redis
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import celeryd_init, worker_ready, worker_shutdown
 
-from gpulse.keys import DEFAULT_REDIS_URL
+from gpulse.redis_url import redis_url_from_environment
 from workers import node_tasks  # noqa: F401  (registers the tasks)
-from workers.celery_app import app, node_queue
+from workers.celery_app import app, node_broker, node_queue, node_transport_options
 from workers.heartbeat import Heartbeat
 
 __all__ = ["app"]
 
 NODE_QUEUE = node_queue("")  # the prefix of every node's queue name
 _heartbeat: Heartbeat | None = None
+
+
+def queue_names(queues) -> list[str]:
+    """The -Q option as the worker got it: a list, or one comma-separated string."""
+    items = [queues] if isinstance(queues, str) else list(queues or ())
+    return [name.strip() for item in items for name in str(item).split(",") if name.strip()]
+
+
+def broker_of(queues: list[str]) -> str:
+    """The one broker name that holds every queue; ValueError for any other set of queues."""
+    others = [name for name in queues if not name.startswith(NODE_QUEUE) or name == NODE_QUEUE]
+    if not queues or others:
+        raise ValueError(f"a node worker consumes only node queues (-Q {NODE_QUEUE}<name>), not {others or 'none'}")
+    brokers = {node_broker(name.removeprefix(NODE_QUEUE)) for name in queues}
+    if len(brokers) > 1:
+        raise ValueError(f"a node worker consumes the queues of one node only, not of {', '.join(sorted(brokers))}")
+    return brokers.pop()
+
+
+@celeryd_init.connect
+def use_node_broker(sender=None, conf=None, options=None, **_) -> None:
+    """Move to the node's own key space before the worker's first connection."""
+    broker = broker_of(queue_names((options or {}).get("queues")))
+    app.conf.broker_transport_options = node_transport_options(broker)
+    app.conf.worker_enable_remote_control = False
+    app.conf.worker_send_task_events = False
 
 
 @worker_ready.connect
@@ -28,7 +58,7 @@ def start_heartbeat(sender, **_) -> None:
              if queue.name.startswith(NODE_QUEUE)]
     if nodes:
         # Its own client: the tasks' client is closed on shutdown before or after this one.
-        _heartbeat = Heartbeat(redis.Redis.from_url(os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
+        _heartbeat = Heartbeat(redis.Redis.from_url(redis_url_from_environment(),
                                                     socket_timeout=5, socket_connect_timeout=2), nodes)
         _heartbeat.start()
 

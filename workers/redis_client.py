@@ -5,12 +5,10 @@ created on first use, so a forked pool process never inherits its parent's
 connections.
 """
 
-import os
-
 import redis
 from celery.signals import worker_process_shutdown, worker_shutdown
 
-from gpulse.keys import DEFAULT_REDIS_URL
+from gpulse.redis_url import redis_url_from_environment
 
 # A Redis that does not answer must fail the task's Redis call, not hang the ranks.
 SOCKET_TIMEOUT = 5
@@ -23,7 +21,7 @@ def redis_client() -> redis.Redis:
     global _client
     if _client is None:
         _client = redis.Redis.from_url(
-            os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
+            redis_url_from_environment(),  # REDIS_URL or $GPULSE_REDIS_URL_FILE
             socket_timeout=SOCKET_TIMEOUT,
             socket_connect_timeout=CONNECT_TIMEOUT,
         )

@@ -9,6 +9,7 @@ the rank runtime (workers/allreduce.py) loads torch.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -34,6 +35,40 @@ DTYPES = {
 
 class SpecError(ValueError):
     """A sweep parameter a person must correct; the message says how."""
+
+
+# The bounds of a launch: the launch form (dashboard/benchmarks/launch.py) and
+# the node side (workers/node_tasks.py, through SweepSpec.from_dict with
+# Limits) both use these, so a node refuses any spec the form would refuse.
+MAX_RANKS_PER_NODE = 64
+MAX_FACTOR = 16
+MAX_WARMUP = 1000
+MAX_ITERS = 10_000
+MIN_TIMEOUT_S = 10
+# The job's limit ends before Celery's hard limit (workers/celery_app.py) kills its tasks.
+MAX_TIMEOUT_S = 1500
+# GPULSE_BENCHMARK_MAX_BYTES's default: every rank holds buffers of the largest size.
+DEFAULT_MAX_BYTES = 8 << 30
+# A host name (RFC 1123 labels, with '_' as node names may have it) or an IP address:
+# what torch.distributed may connect to (the rendezvous is the first node's name by default).
+_LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The launch form's bounds, for a spec that comes from elsewhere (a node task's message)."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_nodes: int = 1024
+
+
+def _valid_host(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return _HOSTNAME.fullmatch(text) is not None
+    return True
 
 
 # At most 30 digits: far past any real size, and short of Python's limit on
@@ -124,16 +159,61 @@ class SweepSpec:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> SweepSpec:
+    def from_dict(cls, data: dict, limits: Limits | None = None) -> SweepSpec:
+        """Return the spec ``data`` describes; with ``limits``, refuse (SpecError) what the launch form
+        would: a wrong type, a value past the form's bounds, a rendezvous that is not a host and port."""
+        if not isinstance(data, dict):
+            raise SpecError(f"a sweep spec is a JSON object, not {type(data).__name__}")
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise SpecError(f"unknown sweep parameters: {', '.join(sorted(unknown))}")
-        return cls(**data)
+            shown = ", ".join(sorted(str(name)[:40] for name in unknown)[:10])
+            raise SpecError(f"unknown sweep parameters: {shown}")
+        if limits is not None:
+            _check_types(data)
+        spec = cls(**data)
+        if limits is not None:
+            spec.check_bounds(limits)
+        return spec
+
+    def check_bounds(self, limits: Limits) -> None:
+        """Raise SpecError for a value the launch form would refuse."""
+        # None (one per GPU, or 1 without GPUs) is bounded by the node itself.
+        _require(self.ranks_per_node is None or 1 <= self.ranks_per_node <= MAX_RANKS_PER_NODE,
+                 f"ranks per node must be 1 to {MAX_RANKS_PER_NODE}, not {self.ranks_per_node}")
+        _require(self.max_bytes <= limits.max_bytes,
+                 f"{format_size(self.max_bytes)} is over this node's limit of {format_size(limits.max_bytes)}"
+                 " per message (GPULSE_BENCHMARK_MAX_BYTES)")
+        _require(self.factor <= MAX_FACTOR, f"step factor must be at most {MAX_FACTOR}, not {self.factor}")
+        _require(self.warmup <= MAX_WARMUP, f"warm-up iterations must be at most {MAX_WARMUP}, not {self.warmup}")
+        _require(self.iters <= MAX_ITERS, f"timed iterations must be at most {MAX_ITERS}, not {self.iters}")
+        _require(self.nnodes <= limits.max_nodes, f"nodes must be at most {limits.max_nodes}, not {self.nnodes}")
+        _require(MIN_TIMEOUT_S <= self.timeout <= MAX_TIMEOUT_S,
+                 f"timeout must be {MIN_TIMEOUT_S} to {MAX_TIMEOUT_S} s, not {self.timeout:g}")
+        # 0 (node 0 picks a free port) only for a one-node job, as __post_init__ already requires.
+        _require(0 <= self.master_port <= 65535, f"master port {self.master_port} is outside 1..65535")
+        _require(_valid_host(self.master_addr),
+                 f"master address {self.master_addr[:60]!r} is not a host name or an IP address")
+        _require(self.corrupt_rank is None, "a launched job never corrupts a rank (a diagnostic of the checker)")
 
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise SpecError(message)
+
+
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "backend": str, "dtype": str, "op": str, "master_addr": str, "check": bool, "timeout": (int, float),
+    "ranks_per_node": (int, type(None)), "corrupt_rank": (int, type(None))}
+
+
+def _check_types(data: dict) -> None:
+    """Refuse a value of the wrong JSON type, which would otherwise raise something else than SpecError."""
+    for name, value in data.items():
+        wanted = _TYPES.get(name, int)
+        if isinstance(value, bool) and wanted is not bool:
+            raise SpecError(f"sweep parameter {name} must be a number, not {value!r}")
+        if not isinstance(value, wanted):
+            raise SpecError(f"sweep parameter {name} has the wrong type ({type(value).__name__})")
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int, itemsize: int) -> list[int]:

@@ -109,7 +109,8 @@ def _ib_ports_down(sample: dict) -> int | None:
 def node_value(metric: str, node, health=None) -> int | None:
     """Return the node-level metric's value for the node (a dashboard.live.state.NodeState).
 
-    node.down, node.stale, node.clock_skew: 1 when the node is in that state, else 0.
+    node.down, node.stale, node.clock_skew, node.twin_collector (a second collector reports
+    as the node): 1 when the node is in that state, else 0.
     node.health: its verdict's level (0 healthy, 1 degraded, 2 failing) from ``health``
     (its dashboard.live.node_health.NodeHealth), None without a verdict (down, no checks).
     ib.port_down: how many of its InfiniBand/RoCE ports are not ACTIVE/LinkUp, None when
@@ -123,6 +124,8 @@ def node_value(metric: str, node, health=None) -> int | None:
         return 1 if node.status == DOWN else 0
     if metric == "node.clock_skew":
         return 0 if node.skew is None else 1
+    if metric == "node.twin_collector":
+        return 0 if node.identity.twin_since is None else 1
     return 1 if node.status in (STALE, DOWN) else 0
 
 

@@ -2,12 +2,16 @@
 
 Signature: X-Gpulse-Signature = "sha256=" + hex HMAC-SHA256(secret, f"{timestamp}.{body}"),
 with the timestamp of X-Gpulse-Timestamp (unix seconds), so a receiver can
-reject stale replays.
+reject stale replays. Each delivery has an id (X-Gpulse-Delivery, and in the
+gpulse format's signed body "delivery_id"), the same on every retry of one
+transition to one endpoint, so a receiver refuses one it has already seen
+within the timestamp tolerance (docs/webhook-signature.md).
 """
 
 import hashlib
 import hmac
 import time
+import uuid
 from dataclasses import dataclass
 
 from dashboard.alerts import outbound
@@ -22,12 +26,19 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac.hexdigest()
 
 
-def signed_headers(secret: str, body: bytes, event_id, content_type: str) -> dict:
+def delivery_id(event_id: uuid.UUID, endpoint_id: int) -> uuid.UUID:
+    """The id of delivering event ``event_id`` to endpoint ``endpoint_id``: the same for every retry (and for
+    a task pushed again), different for another event or endpoint."""
+    return uuid.uuid5(event_id, f"endpoint {endpoint_id}")
+
+
+def signed_headers(secret: str, body: bytes, event_id, content_type: str, delivery: uuid.UUID | None = None) -> dict:
     timestamp = str(int(time.time()))
     return {
         "Content-Type": content_type,
         "User-Agent": USER_AGENT,
         "X-Gpulse-Event": str(event_id),
+        "X-Gpulse-Delivery": str(delivery or uuid.uuid4()),
         "X-Gpulse-Timestamp": timestamp,
         "X-Gpulse-Signature": signature(secret, timestamp, body),
     }
@@ -60,11 +71,16 @@ def _classify(status: int, excerpt: str) -> tuple[str, str]:
     return DeliveryAttempt.FAILED, detail
 
 
-def send(url: str, secret: str, format_name: str, event: Event, receiver: str) -> Outcome:
-    """Make one delivery attempt and return its outcome; never raise for a network problem."""
+def send(url: str, secret: str, format_name: str, event: Event, receiver: str,
+         delivery: uuid.UUID | None = None) -> Outcome:
+    """Make one delivery attempt and return its outcome; never raise for a network problem.
+
+    ``delivery``: the delivery's id (delivery_id()); a new one where none is given (a test send).
+    """
     fmt = FORMATS[format_name]
-    body = fmt.render(event, receiver)
-    headers = signed_headers(secret, body, event.event_id, fmt.content_type)
+    delivery = delivery or uuid.uuid4()
+    body = fmt.render(event, receiver, delivery)
+    headers = signed_headers(secret, body, event.event_id, fmt.content_type, delivery)
     started = time.perf_counter()
     try:
         response = outbound.post(url, body, headers)
@@ -86,7 +102,8 @@ def attempt(
     ``last``: no attempt follows this one, so a temporary failure is logged as
     gave_up, never as a retry that will not come.
     """
-    result = send(endpoint.url, endpoint.secret, endpoint.format, event, receiver=endpoint.name)
+    result = send(endpoint.url, endpoint.secret, endpoint.format, event, receiver=endpoint.name,
+                  delivery=delivery_id(event.event_id, endpoint.id))
     outcome = DeliveryAttempt.GAVE_UP if last and result.outcome == DeliveryAttempt.RETRY else result.outcome
     return DeliveryAttempt.objects.create(
         endpoint=endpoint,

@@ -158,18 +158,21 @@ class Format:
     name = ""
     content_type = "application/json"
 
-    def render(self, event: Event, receiver: str) -> bytes:
+    def render(self, event: Event, receiver: str, delivery_id: uuid.UUID | None = None) -> bytes:
+        """The body; ``delivery_id`` (delivery.delivery_id) goes inside it where the format has room for it."""
         raise NotImplementedError
 
 
 class GpulseFormat(Format):
     name = "gpulse"
 
-    def render(self, event, receiver):
+    def render(self, event, receiver, delivery_id=None):
         return orjson.dumps(
             {
                 "version": 1,
                 "event_id": str(event.event_id),
+                # Signed with the body: a receiver refuses one it has seen (docs/webhook-signature.md).
+                "delivery_id": str(delivery_id) if delivery_id else None,
                 "kind": event.kind,
                 "status": event.status,
                 "receiver": receiver,
@@ -207,7 +210,7 @@ class AlertmanagerFormat(Format):
 
     name = "alertmanager"
 
-    def render(self, event, receiver):
+    def render(self, event, receiver, delivery_id=None):  # Alertmanager's shape, exactly: the id is a header
         labels = {"alertname": event.rule_name, "node": event.node, "severity": event.severity}
         if event.gpu is not None:
             labels["gpu"] = str(event.gpu)
@@ -250,7 +253,7 @@ class SlackFormat(Format):
     name = "slack"
     MARKERS = {"firing": "FIRING", "repeat": "STILL FIRING", "resolved": "RESOLVED", "test": "TEST"}
 
-    def render(self, event, receiver):
+    def render(self, event, receiver, delivery_id=None):  # Slack's shape: the id is a header
         headline = slack_escape(f"[{self.MARKERS[event.kind]}] {event.summary} ({event.severity})")
         description = slack_escape(event.description)
         blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*\n{description}"}}]

@@ -51,6 +51,7 @@ RULE_METRICS = (
     RuleMetric("node.down", "node down: latest sample expired", legend="1 = down", flag=True),
     RuleMetric("node.stale", "node stale or down", legend="1 = stale", flag=True),
     RuleMetric("node.clock_skew", "node's clock off by more than GPULSE_MAX_CLOCK_SKEW", legend="1 = off", flag=True),
+    RuleMetric("node.twin_collector", "two collectors report as the node", legend="1 = two", flag=True),
     RuleMetric("node.health", "node health verdict", legend="0 healthy, 1 degraded, 2 failing"),
     RuleMetric("gpu.pcie_degraded", "GPU PCIe link below its maximum", legend="1 = degraded", flag=True),
     RuleMetric("gpu.row_remap_pending", "GPU row remap pending or failed", legend="1 = yes", flag=True),

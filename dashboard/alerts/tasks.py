@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF = 300.0
 # Seconds before a delivery that found its endpoint at its cap looks again.
 SLOT_WAIT = 0.5
+# Outcomes after which no attempt of the same delivery follows.
+FINAL = (DeliveryAttempt.OK, DeliveryAttempt.FAILED, DeliveryAttempt.GAVE_UP)
 
 
 def max_attempts() -> int:
@@ -64,6 +66,15 @@ def deliver(transition_id: int, endpoint_id: int, number: int = 1) -> str:
     if endpoint is None or transition is None:
         log.info("webhook %s: endpoint or transition %s gone, nothing to deliver", endpoint_id, transition_id)
         return "gone"
+    # What is sent is what the database says, not what a task asks for (issue 31): a transition dispatch
+    # claimed, that notifies, to an endpoint that wants its severity, not yet delivered there.
+    if transition.processed is None or not transition.notify or not endpoint.wants(transition.alert.rule.severity):
+        log.warning("webhook %s: transition %s was never dispatched to it; not sent", endpoint.name, transition_id)
+        return "refused"
+    if DeliveryAttempt.objects.filter(endpoint=endpoint, transition=transition, outcome__in=FINAL).exists():
+        log.warning("webhook %s: transition %s was delivered or given up already; not sent again",
+                    endpoint.name, transition_id)
+        return "done"
     last = number >= max_attempts()
     with endpoint_slot(endpoint.id) as held:
         if not held:

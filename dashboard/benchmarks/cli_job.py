@@ -6,6 +6,7 @@ from django.core.management.base import CommandError
 
 from dashboard.benchmarks.launch import LaunchForm, Refusal, launch
 from dashboard.benchmarks.models import BenchmarkJob
+from dashboard.benchmarks.outcome import valid_row
 from dashboard.benchmarks.tasks import REPORT_GRACE_S
 from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
@@ -35,15 +36,19 @@ def follow_job(job: BenchmarkJob, on_row) -> tuple[BenchmarkJob, list[Row]]:
     """Call on_row for each row rank 0 streams; return the recorded job and its rows."""
     client, keys = redis_client(), Keys()
     deadline = time.time() + job.timeout_seconds + 2 * REPORT_GRACE_S
-    rows, after = [], "0-0"
+    rows: list[Row] = []
+    after: dict[str, str] = {}
     while time.time() < deadline:
-        for entry_id, event in job_events.read(client, keys, job.pk, after, block_ms=1000):
-            after = entry_id
-            if event["kind"] == "row":
+        # The control stream's `final`, and the rows of rank 0's node from its own stream.
+        for entry in job_events.read(client, keys, job.pk, after, job.nodes[:1], block_ms=1000):
+            event = entry.event
+            if event is None:
+                continue
+            if event["kind"] == "row" and entry.source is not None and valid_row(event.get("row")):
                 row = Row(**event["row"])
                 rows.append(row)
                 on_row(row)
-            elif event["kind"] == "final":
+            elif event["kind"] == "final" and entry.source is None:
                 job.refresh_from_db()
                 return job, rows
         job.refresh_from_db()

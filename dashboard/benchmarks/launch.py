@@ -13,14 +13,26 @@ from dashboard.benchmarks.tasks import finish, start_job
 from dashboard.live.cluster import read_cluster
 from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
-from workers.celery_app import BENCHMARK_HARD_LIMIT
 from workers.heartbeat import TTL_S as HEARTBEAT_TTL_S
 from workers.heartbeat import workerless
 from workers.job_status import JobStatus
-from workers.sweep_spec import BACKENDS, DTYPES, SpecError, format_size, parse_size
+from workers.sweep_spec import (
+    BACKENDS,
+    DTYPES,
+    MAX_FACTOR,
+    MAX_ITERS,
+    MAX_RANKS_PER_NODE,
+    MAX_TIMEOUT_S,
+    MAX_WARMUP,
+    MIN_TIMEOUT_S,
+    SpecError,
+    format_size,
+    parse_size,
+)
 
-# The job's limit must end before Celery's hard limit kills its tasks.
-MAX_TIMEOUT = BENCHMARK_HARD_LIMIT - 300
+# The job's limit must end before Celery's hard limit kills its tasks (workers/celery_app.py);
+# the node side checks a spec against the same bounds (workers/sweep_spec.py).
+MAX_TIMEOUT = MAX_TIMEOUT_S
 
 
 class SizeField(forms.CharField):
@@ -47,16 +59,17 @@ class SizeField(forms.CharField):
 class LaunchForm(forms.Form):
     nodes = forms.MultipleChoiceField(help_text="ranks are numbered in the order the nodes are listed: node 0 holds"
                                                 " ranks 0 … ranks per node − 1 and hosts the rendezvous")
-    ranks_per_node = forms.IntegerField(min_value=1, max_value=64, required=False, help_text="blank: one per GPU")
+    ranks_per_node = forms.IntegerField(min_value=1, max_value=MAX_RANKS_PER_NODE, required=False,
+                                        help_text="blank: one per GPU")
     backend = forms.ChoiceField(choices=[(b, b) for b in BACKENDS], initial="auto")
     dtype = forms.ChoiceField(choices=[(d, d) for d in DTYPES], initial="float32")
     min_bytes = SizeField(initial="1K")
     max_bytes = SizeField(initial="64M")
-    step_factor = forms.IntegerField(min_value=2, max_value=16, initial=2)
-    warmup_iters = forms.IntegerField(min_value=0, max_value=1000, initial=5)
-    iters = forms.IntegerField(min_value=1, max_value=10000, initial=20)
+    step_factor = forms.IntegerField(min_value=2, max_value=MAX_FACTOR, initial=2)
+    warmup_iters = forms.IntegerField(min_value=0, max_value=MAX_WARMUP, initial=5)
+    iters = forms.IntegerField(min_value=1, max_value=MAX_ITERS, initial=20)
     correctness_check = forms.BooleanField(required=False, initial=True, label="Check results (#wrong)")
-    timeout_seconds = forms.IntegerField(min_value=10, max_value=MAX_TIMEOUT, initial=300)
+    timeout_seconds = forms.IntegerField(min_value=MIN_TIMEOUT_S, max_value=MAX_TIMEOUT, initial=300)
 
     def __init__(self, *args, cluster: list[dict] | None = None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -1,14 +1,77 @@
-"""How a running job stands, from its events stream and its nodes' worker heartbeats.
+"""How a running job stands, from its events streams and its nodes' worker heartbeats.
 
-Pure: the control side (the `node_reported` task and the reaper) reads Redis
-and passes what it read, so the same events always give the same verdict,
-whichever control worker reads them and however often.
+Pure: the control side (the reaper) reads Redis and passes what it read, so
+the same events always give the same verdict, whichever control worker reads
+them and however often.
+
+A node's `started` and `node_done` count only from the node's own stream
+(workers/job_events.py), which only its worker's ACL user may write, and for
+that node whatever their `node` field says; the job's result comes only from
+its first node's (rank 0's) report. An entry that is not a well-formed event
+is rejected and counted (REJECTED), never raised: one bad row cannot stop the
+reaper or keep the job from ending.
 """
 
+import collections
+import logging
+import threading
 from dataclasses import dataclass, field
 
 from workers.heartbeat import TTL_S as HEARTBEAT_TTL_S
+from workers.job_events import Entry
 from workers.job_status import JobStatus
+
+log = logging.getLogger(__name__)
+
+# Rejected entries since the process started, by why; each is logged once (the
+# reaper reads a running job's streams every pass): the ids seen are bounded.
+REJECTED: collections.Counter[str] = collections.Counter()
+_SEEN_MAX = 10_000
+_seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
+_seen_lock = threading.Lock()
+_STATUSES = {status.value for status in JobStatus}
+_ROW_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "size": int, "count": int, "type": str, "redop": str, "time_us": (int, float),
+    "algbw": (int, float), "busbw": (int, float), "wrong": (int, type(None)), "inplace": bool}
+
+
+def reject(job_id, entry: Entry, why: str) -> None:
+    """Count a rejected entry and log it, each entry of each job once."""
+    key = (job_id, entry.source, entry.entry_id)
+    with _seen_lock:
+        if key in _seen:
+            return
+        _seen[key] = None
+        if len(_seen) > _SEEN_MAX:
+            _seen.popitem(last=False)
+        REJECTED[why] += 1
+    log.warning("benchmark job %s: entry %s of %s's stream rejected: %s", job_id, entry.entry_id,
+                entry.source or "the control", why)
+
+
+def valid_row(row) -> bool:
+    return (isinstance(row, dict) and set(row) == set(_ROW_FIELDS)
+            and all(isinstance(row[name], kind) and not (isinstance(row[name], bool) and kind is not bool)
+                    for name, kind in _ROW_FIELDS.items()))
+
+
+def report_problem(event: dict, head: bool) -> str | None:
+    """Why a node_done is malformed, or None; ``head``: rank 0's node, whose result holds the rows."""
+    if event.get("status") not in _STATUSES or event["status"] in (JobStatus.QUEUED, JobStatus.RUNNING):
+        return "node_done without a final status"
+    if not isinstance(event.get("reason"), str | None) or not isinstance(event.get("crashed", False), bool):
+        return "node_done with a malformed reason"
+    result = event.get("result")
+    if not isinstance(result, dict) or not isinstance(result.get("versions", {}), dict):
+        return "node_done with a malformed result"
+    if head and event["status"] == JobStatus.SUCCEEDED:
+        spec = result.get("spec")
+        rows = result.get("rows")
+        if not isinstance(spec, dict) or not isinstance(spec.get("backend"), str):
+            return "rank 0's node_done without its spec"
+        if not isinstance(rows, list) or not all(valid_row(row) for row in rows):
+            return "rank 0's node_done with malformed rows"
+    return None
 
 # After a first node reports a failure, the others get this long to report
 # theirs before the job ends without them: a live peer reports within a few
@@ -32,16 +95,44 @@ class Outcome:
     reason: str
 
 
-def read_progress(events: list[tuple[str, dict]]) -> Progress:
-    """Fold (entry id, event) pairs, oldest first, into a Progress."""
+def read_progress(entries: list[Entry], nodes: list[str], job_id=None) -> Progress:
+    """Fold a job's entries (workers/job_events.py history), oldest first, into a Progress.
+
+    A node's events count only from its own stream, as that node's; rank 0 is
+    ``nodes[0]``. A malformed entry, one naming another node, or one a node has no
+    business writing is rejected (counted, logged once) and skipped.
+    """
     progress = Progress()
-    for entry_id, event in events:
-        if event["kind"] == "started":
-            progress.started.add(event["node"])
-        elif event["kind"] == "node_done" and event["node"] not in progress.reports:
-            progress.reports[event["node"]] = event
+    for entry in entries:
+        event, node = entry.event, entry.source
+        if node is None:
+            if event is None:
+                reject(job_id, entry, "malformed entry")
+            continue  # the control side's own stream: its `final` is written after the job ended
+        if node not in nodes:
+            continue
+        if event is None:
+            reject(job_id, entry, "malformed entry")
+        elif event.get("node", node) != node:
+            reject(job_id, entry, "event naming another node")
+        elif event["kind"] == "started":
+            progress.started.add(node)
+        elif event["kind"] == "row":
+            if node != nodes[0] or not valid_row(event.get("row")):
+                reject(job_id, entry, "row from a node other than rank 0's" if node != nodes[0] else "malformed row")
+        elif event["kind"] == "node_done":
+            if node in progress.reports:
+                continue
+            problem = report_problem(event, head=node == nodes[0])
+            if problem is not None:
+                reject(job_id, entry, problem)
+                continue
+            # Its own node's name, and node_rank as the job's order says, whatever the event said.
+            progress.reports[node] = {**event, "node": node, "node_rank": nodes.index(node)}
             if event["status"] != JobStatus.SUCCEEDED and progress.first_failure_ms is None:
-                progress.first_failure_ms = int(entry_id.split("-")[0])
+                progress.first_failure_ms = int(entry.entry_id.split("-")[0])
+        else:
+            reject(job_id, entry, f"unknown kind {event['kind'][:40]!r}")
     return progress
 
 

@@ -1,10 +1,12 @@
-"""The reaper: every few seconds, settle each running job from what Redis holds.
+"""The reaper: every second, settle each running job from what Redis holds.
 
-Nodes end their jobs by reporting (`node_reported`), but that message may be
-lost with a control worker killed mid-task, a node may die without reporting,
-or a collective may hang: the reaper ends those jobs from the job events
-already in Redis (all nodes reported: recorded; a failure: failed; past the
-deadline: timed out, naming the silent nodes).
+Nodes report on their own events streams of the job and send the control host
+nothing (their ACL users cannot reach its queues): the reaper ends each job
+from those streams (all nodes reported: recorded; a failure: failed; past the
+deadline: timed out, naming the silent nodes; a node whose worker died:
+failed), within about a second of its last report. A pass costs one indexed
+query for the running jobs and one Redis round trip per running job
+(dashboard/benchmarks/tasks.py settle), nothing when none runs.
 
 Every control worker process runs one reaper thread (started on Celery's
 `worker_ready`, see dashboard/control_worker.py; dashboard/periodic.py says
@@ -22,8 +24,8 @@ from workers.job_status import JobStatus
 
 log = logging.getLogger(__name__)
 
-# A job whose control worker died ends at most this long after its last report.
-INTERVAL_S = 5
+# A job ends at most this long after its last node's report.
+INTERVAL_S = 1
 
 
 def reap() -> None:

@@ -10,8 +10,7 @@ from dashboard.benchmarks.rendezvous import choose_rendezvous
 from dashboard.redis_client import redis_client
 from gpulse.keys import Keys
 from workers import job_events
-from workers.celery_app import CONTROL_QUEUE, app, node_queue
-from workers.heartbeat import workerless
+from workers.celery_app import CONTROL_QUEUE, app, node_broker, node_queue, node_transport_options
 from workers.job_status import JobStatus
 from workers.report import avg_busbw
 from workers.sweep_spec import Row
@@ -41,45 +40,54 @@ def claim_and_dispatch(job_id: int) -> tuple[BenchmarkJob, bool]:
     job = BenchmarkJob.objects.get(pk=job_id)
     if claimed:
         for node, spec in zip(job.nodes, node_specs(job, addr, port), strict=True):
-            app.send_task("gpulse.benchmarks.run_node", args=[job.pk, node, spec], queue=node_queue(node))
+            send_to_node(node, "gpulse.benchmarks.run_node", [job.pk, node, spec])
     return job, bool(claimed)
+
+
+def send_to_node(node: str, task: str, args: list) -> None:
+    """Send a task onto the node's queue, in the node's own broker key space
+    (workers/celery_app.py): the only Celery keys its worker reaches."""
+    options = node_transport_options(node_broker(node))
+    with app.connection_for_write(transport_options=options) as connection:
+        producer = app.amqp.Producer(connection)  # declares the queue, as .delay() does
+        app.send_task(task, args=args, queue=node_queue(node), producer=producer)
 
 
 @app.task(name="gpulse.benchmarks.start_job", queue=CONTROL_QUEUE, acks_late=True)
 def start_job(job_id: int) -> str:
     """Start the job on its nodes and return: no control thread waits for a run.
 
-    The nodes report on the job's events stream and each sends `node_reported`;
-    the reaper (dashboard/benchmarks/reaper.py) ends the jobs whose reports
-    never come, so a control worker that dies mid-job loses nothing.
+    Each node reports on its own events stream of the job; the reaper
+    (dashboard/benchmarks/reaper.py) reads them about every second and ends
+    the job, so a control worker that dies mid-job loses nothing.
     """
     job, _claimed = claim_and_dispatch(job_id)
-    return job.status
-
-
-@app.task(name="gpulse.benchmarks.node_reported", queue=CONTROL_QUEUE, acks_late=True)
-def node_reported(job_id: int) -> str:
-    """A node of the job has reported: end the job if its reports say how it ended."""
-    job = BenchmarkJob.objects.get(pk=job_id)
-    if job.status == JobStatus.RUNNING:
-        settle(job)
     return job.status
 
 
 def settle(job: BenchmarkJob) -> None:
     """End the running job if its events and its nodes' heartbeats say how it ended.
 
-    Idempotent: every end is a compare-and-set from running, so a node_reported
-    task and the reaper of any control worker may settle the same job at once.
+    Idempotent: every end is a compare-and-set from running, so the reapers of
+    several control workers may settle the same job at once. One round trip:
+    the job's streams, its nodes' heartbeats and the Redis clock.
     """
     client = redis_client()
     keys = Keys()
-    progress = read_progress(job_events.history(client, keys, job.pk))
-    seconds, micros = client.time()  # the clock that stamped the stream's entries
+    sources = job_events.streams(keys, job.pk, job.nodes)
+    pipe = client.pipeline(transaction=False)
+    for key in sources:
+        pipe.xrange(key)
+    for node in job.nodes:
+        pipe.exists(keys.worker(node))
+    pipe.time()  # the clock that stamped the streams' entries
+    *replies, (seconds, micros) = pipe.execute()
+    streams, alive = replies[:len(sources)], replies[len(sources):]
+    progress = read_progress(job_events.merge(sources, streams), job.nodes, job.pk)
     now_ms = seconds * 1000 + micros // 1000
     deadline_ms = int((job.started.timestamp() + job.timeout_seconds + REPORT_GRACE_S) * 1000)
-    outcome = decide(job.nodes, progress, set(workerless(client, keys, job.nodes)), now_ms, deadline_ms,
-                     job.timeout_seconds)
+    workerless = {node for node, up in zip(job.nodes, alive, strict=True) if not up}
+    outcome = decide(job.nodes, progress, workerless, now_ms, deadline_ms, job.timeout_seconds)
     if outcome is None:
         return
     if outcome.status == JobStatus.SUCCEEDED:
@@ -89,14 +97,14 @@ def settle(job: BenchmarkJob) -> None:
 
 
 def record(job: BenchmarkJob, reports: dict) -> str:
-    """End the job as succeeded with node 0's rows."""
-    head = next(r for r in reports.values() if r["node_rank"] == 0)["result"]
+    """End the job as succeeded with its first node's (rank 0's) rows, validated by read_progress."""
+    head = reports[job.nodes[0]]["result"]
     rows = head["rows"]
     largest = max((r["size"] for r in rows), default=None)
     return finish(job, JobStatus.SUCCEEDED, "", result={
         "world_size": len(job.nodes) * job.ranks_per_node,
         "rows": rows,
-        "versions": {r["node"]: r["result"]["versions"] for r in reports.values()},
+        "versions": {node: r["result"].get("versions", {}) for node, r in reports.items()},
         "backend": head["spec"]["backend"],
     }, avg_busbw=avg_busbw([Row(**r) for r in rows]) if rows else None,
         peak_busbw=max((r["busbw"] for r in rows if r["size"] == largest), default=None))
@@ -111,8 +119,13 @@ def finish(job: BenchmarkJob, status: str, reason: str, **result) -> str:
     )
     client = redis_client()
     keys = Keys()
-    # Stop ranks that may still run on other nodes (a peer failed, or time ran out).
-    client.set(keys.job_cancel(job.pk), 1, ex=job_events.EVENTS_TTL)
+    # Stop ranks that may still run on other nodes (a peer failed, or time ran out):
+    # each node's task polls its own flag, the only one its ACL user may read.
+    pipe = client.pipeline(transaction=False)
+    pipe.set(keys.job_cancel(job.pk), 1, ex=job_events.EVENTS_TTL)
+    for node in job.nodes:
+        pipe.set(keys.job_node_cancel(job.pk, node), 1, ex=job_events.EVENTS_TTL)
+    pipe.execute()
     if ended:
         job_events.emit(client, keys, job.pk, {"kind": "final", "status": status, "reason": reason})
         log.info("benchmark job %s %s %s", job.pk, status, reason)

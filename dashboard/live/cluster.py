@@ -22,11 +22,13 @@ def node_view(name: str, raw: bytes | None, seen: dict | None, now: float) -> di
     (``arrived``), never by its own clock; ``clock_skew`` is how far that
     clock is off (seconds) while beyond GPULSE_MAX_CLOCK_SKEW, else null.
     ``boot`` and ``restarts`` are its collector's run and the restarts ingest
-    saw. Collectors write a node's key themselves: one the sample contract
+    saw; ``twin_collectors`` since when a second collector reports as this node
+    (dashboard.live.identity), else null. Collectors write a node's key themselves: one the sample contract
     rejects shows as down with the reason, never as an error page or a failed scrape.
     """
     seen = seen or {}
-    identity = {"clock_skew": seen.get("skew"), "boot": seen.get("boot"), "restarts": seen.get("restarts", 0)}
+    identity = {"clock_skew": seen.get("skew"), "boot": seen.get("boot"), "restarts": seen.get("restarts", 0),
+                "twin_collectors": seen.get("twin")}
     try:
         sample = schema.parse(raw) if raw is not None else None
     except schema.MalformedSample as exc:

@@ -104,7 +104,8 @@ class NodeConsumer(FollowingConsumer):
                 message = self.describe(raw, remembered_or_none(seen))
             except Exception as exc:
                 message = {"type": "node", "node": self.node, "status": "unknown", "error": f"Redis unreachable: {exc}"}
-            fingerprint = (message.get("status"), message.get("ts"), message.get("clock_skew"), message.get("restarts"))
+            fingerprint = (message.get("status"), message.get("ts"), message.get("clock_skew"), message.get("restarts"),
+                           message.get("twin_collectors"))
             if fingerprint != last:
                 last = fingerprint
                 await self.send(text_data=orjson.dumps(message).decode())
@@ -116,7 +117,8 @@ class NodeConsumer(FollowingConsumer):
         places that sample in time (its arrival while the node's clock is skewed)."""
         seen = seen or {}
         message = {"type": "node", "node": self.node, "status": DOWN, "ts": seen.get("ts"), "sample": None,
-                   "clock_skew": seen.get("skew"), "restarts": seen.get("restarts", 0)}
+                   "clock_skew": seen.get("skew"), "restarts": seen.get("restarts", 0),
+                   "twin_collectors": seen.get("twin")}
         if raw is None:
             return message
         sample = orjson.loads(raw)

@@ -17,7 +17,9 @@ bandwidth probe: {"busbw", "median" (of its earlier probes), "low", "status",
 "ts"} (dashboard.live.probes), present once the node has been probed. ``skew``
 (seconds, the node's clock minus Redis') is present while the node's clock is
 off by more than GPULSE_MAX_CLOCK_SKEW: its ``ts`` is then when its sample was
-taken, not what its clock said. ``health`` is the node's verdict
+taken, not what its clock said. ``twin`` (unix seconds) is present while a
+second collector reports as this node (dashboard.live.identity): since when;
+only one collector's samples count. ``health`` is the node's verdict
 (dashboard.live.node_health): {"verdict": "healthy"} or, for "degraded",
 "failing" and "unknown" (down, or no health checks), {"verdict", "reason" (the
 worst finding, e.g. "GPU 3 NVLink links: link 2 down, 17 up"), "action" (the
@@ -170,6 +172,8 @@ class FrameBuilder:
         entry = {"ts": node.ts, "interval": sample["interval"], "status": node.status, "gpus": gpus}
         if node.skew is not None:
             entry["skew"] = round(node.skew, 1)
+        if node.identity.twin_since is not None:
+            entry["twin"] = node.identity.twin_since
         if node.name in probes:
             entry["probe"] = probes[node.name]
         if health is not None and health.since is not None:

@@ -1,6 +1,7 @@
 """Rollup history for the node page and the API."""
 
 import datetime as dt
+import math
 
 from dashboard.live.models import ROLLUP_METRICS, GpuRollup
 
@@ -8,21 +9,42 @@ RELATIVE_UNITS = {"m": 60, "h": 3600, "d": 86400}
 
 
 def parse_time(value: str | None, default: dt.datetime) -> dt.datetime:
-    """Accept unix seconds, ISO 8601, or a span back from now like "15m", "6h", "7d"."""
+    """Accept unix seconds, ISO 8601, or a span back from now like "15m", "6h", "7d"; return it in UTC.
+
+    Every bad value raises ValueError, the caller's 400: one that does not parse, and one a
+    datetime cannot hold (1e20, inf, nan, 99999999999d), which Python raises as OverflowError.
+    """
     if not value:
         return default
+    hint = "(use unix seconds, ISO 8601, or a span like 15m, 6h, 7d)"
+    out_of_range = f"out of range: {value!r} is not a time between the years 1 and 9999 {hint}"
     now = dt.datetime.now(dt.UTC)
     if value[-1] in RELATIVE_UNITS and value[:-1].isdigit():
-        return now - dt.timedelta(seconds=int(value[:-1]) * RELATIVE_UNITS[value[-1]])
+        try:
+            return now - dt.timedelta(seconds=int(value[:-1]) * RELATIVE_UNITS[value[-1]])
+        except OverflowError:
+            raise ValueError(out_of_range) from None
     try:
-        return dt.datetime.fromtimestamp(float(value), dt.UTC)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise ValueError(out_of_range)
+        try:
+            return dt.datetime.fromtimestamp(seconds, dt.UTC)
+        except (OverflowError, OSError, ValueError):  # beyond time_t, or beyond year 9999
+            raise ValueError(out_of_range) from None
     try:
         parsed = dt.datetime.fromisoformat(value)
     except ValueError:
-        raise ValueError(f"not a time: {value!r} (use unix seconds, ISO 8601, or a span like 15m, 6h, 7d)") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+        raise ValueError(f"not a time: {value!r} {hint}") from None
+    if not parsed.tzinfo:
+        return parsed.replace(tzinfo=dt.UTC)
+    try:  # 0001-01-01T00:00+14:00 is before year 1 in UTC
+        return parsed.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError(out_of_range) from None
 
 
 def rollup_history(node: str, since: dt.datetime, until: dt.datetime) -> dict:

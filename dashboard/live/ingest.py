@@ -1,6 +1,10 @@
-"""Ingest: telemetry stream -> cluster state -> one frame per tick, alerts, rollups.
+"""Ingest: telemetry streams -> cluster state -> one frame per tick, alerts, rollups.
 
-One consumer of a Redis consumer group on the telemetry stream. It reads in
+One consumer of a Redis consumer group on every node's telemetry stream. A
+stream is written only by its node's collector (its ACL user), so a sample read
+from ``telemetry:<name>`` is node <name>'s, and one naming another node is
+refused: who a sample is from comes from the credential that wrote it. It
+finds new nodes' streams by SCAN (every DISCOVER_EVERY seconds), reads in
 batches, keeps the newest sample per node in memory, and once per tick sends
 browsers one coalesced delta frame (never one message per sample), rewrites
 the snapshot frame new browsers start from, evaluates alert rules and merges
@@ -25,7 +29,7 @@ import redis
 
 from dashboard.live.frames import FrameBuilder
 from dashboard.live.health_changes import HealthChangeQueue
-from dashboard.live.identity import DUPLICATE, NEW, RESTART, CollectorIdentity
+from dashboard.live.identity import DUPLICATE, NEW, RESTART, TAKEOVER, TWIN, CollectorIdentity
 from dashboard.live.idle import IdleAllocations
 from dashboard.live.node_health import NodeHealthBook, read_record
 from dashboard.live.outage import DatabaseOutage
@@ -33,14 +37,19 @@ from dashboard.live.probes import ProbeTracker
 from dashboard.live.rollups import RollupAccumulator
 from dashboard.live.state import ClusterState, NodeState, remembered
 from gpulse import schema
-from gpulse.keys import INGEST_GROUP, RECENT_POINTS, Keys
+from gpulse.keys import INGEST_GROUP, RECENT_POINTS, TELEMETRY_MAXLEN, Keys
 from gpulse.ratelog import RateLimitedLog
 from gpulse.status import DEFAULT_MAX_CLOCK_SKEW, DOWN, UP, place
 from gpulse.usage import BUSY_UTIL
 
 log = logging.getLogger("gpulse.ingest")
 
-READ_BATCH = 5000
+# Entries read from one node's stream per XREADGROUP (a node's 100 s at 1 Hz).
+READ_BATCH = 100
+# A new node's stream is found by SCAN this often (seconds).
+DISCOVER_EVERY = 1.0
+# Keys SCAN looks at per call.
+SCAN_COUNT = 10_000
 # Wait this long for more entries before calling a burst of samples finished.
 # A sleep here, not XREADGROUP's BLOCK: Redis before 7 times a BLOCK out on its
 # 100 ms clock (hz 10), which made every burst gap 100 ms on the way to browsers.
@@ -100,6 +109,7 @@ class Ingest:
         max_unacked: int = 200_000,
         busy_util: float = BUSY_UTIL,
         usage_accounting: bool = True,
+        discover_every: float = DISCOVER_EVERY,
     ):
         self.redis = client
         self.publish = publish
@@ -116,7 +126,7 @@ class Ingest:
         self.forget_nodes_after = forget_nodes_after
         self.forget_consumers_after = forget_consumers_after
         self.frames = FrameBuilder(busy_util)
-        self.rollups = RollupAccumulator(f"{self.keys.telemetry} {INGEST_GROUP}", max_rows=max_rollup_rows,
+        self.rollups = RollupAccumulator(self.keys.telemetry_stream, INGEST_GROUP, max_rows=max_rollup_rows,
                                          busy_util=busy_util, accounting=usage_accounting)
         # Off, the list stays empty: its first write clears what an earlier ingest left.
         self.usage_accounting = usage_accounting
@@ -126,7 +136,12 @@ class Ingest:
         self.usage_flush_interval = usage_flush_interval
         self.next_usage_flush = 0.0
         self.database = DatabaseOutage()
-        self.unacked: list[bytes] = []  # entries read whose rollups or usage are not written yet
+        # node -> its telemetry stream, for every stream the group is made on
+        self.streams: dict[str, str] = {}
+        self.discover_every = discover_every
+        self.last_discovery = -float("inf")  # time.monotonic() of the last SCAN
+        # (stream, entry id) read whose rollups or usage are not written yet
+        self.unacked: list[tuple[str, bytes]] = []
         self.max_unacked = max_unacked
         self.exposed = 0  # entries acknowledged before their rollups and usage were written (bound reached)
         self.probes = ProbeTracker(client, self.keys, probe_low_fraction)
@@ -143,6 +158,7 @@ class Ingest:
         self.connected_before = False  # a later ensure_group() means Redis was away or restarted
         self.processed = 0
         self.rejected = 0  # entries refused by the sample contract, or that failed to apply
+        self.forged = 0  # of those, samples naming another node than the stream's
         self.nulled = 0  # readings out of their range, set to null
         self.duplicates = 0  # samples sent twice (same boot and seq), dropped
         self.collector_restarts = 0
@@ -155,17 +171,39 @@ class Ingest:
     # -- reading -------------------------------------------------------------
 
     def ensure_group(self) -> None:
-        try:
-            self.redis.xgroup_create(self.keys.telemetry, INGEST_GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        """(Re)connect: the group on every node's stream, then what was left pending."""
         if self.connected_before:
             self.state.hold(self.clock())
+        self.streams = {}
         self.connected_before = self.group_ready = True
+        self.discover()
+
+    def discover(self) -> list[str]:
+        """Find the node streams that have no group of ours yet, make it, take what they hold pending;
+        return the new nodes.
+
+        A stream exists once its collector wrote to it; a key whose name is not a node's is left alone.
+        """
+        self.last_discovery = time.monotonic()
+        found = []
+        for key in self.redis.scan_iter(match=self.keys.telemetry_streams, count=SCAN_COUNT, _type="stream"):
+            name = self.keys.telemetry_node(key)
+            if name is not None and name not in self.streams and schema.valid_node_name(name):
+                found.append(name)
+        if not found:
+            return found
+        pipe = self.redis.pipeline(transaction=False)
+        for name in found:
+            pipe.xgroup_create(self.keys.telemetry_stream(name), INGEST_GROUP, id="0")
+        for name, outcome in zip(found, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(outcome, redis.ResponseError) and "BUSYGROUP" not in str(outcome):
+                raise outcome
+            self.streams[name] = self.keys.telemetry_stream(name)
+        self.probes.follow(found)
         # Before anything new: every entry left pending (by a killed ingest, or by this one
         # before Redis went away), in id order, so the rollups' checkpoint stays exact.
-        self.reclaim(min_idle_ms=0)
+        self.reclaim(min_idle_ms=0, nodes=found)
+        return found
 
     def load_known_nodes(self) -> None:
         """Start from what Redis remembers, so a restarted ingest still knows down nodes
@@ -221,29 +259,38 @@ class Ingest:
                 self.health.restore(name, record, node.status == DOWN)
 
     def read(self, block_ms: int | None) -> int:
-        """Read what is new on the stream (one batch; block_ms None: do not wait); return how many entries came."""
+        """Read what is new on the streams (one batch each; block_ms None: do not wait); return how many
+        entries came."""
         if not self.group_ready:
             self.ensure_group()
+        elif time.monotonic() - self.last_discovery >= self.discover_every:
+            self.discover()
+        if not self.streams:
+            if block_ms:
+                time.sleep(block_ms / 1000)
+            self.state.catching_up = False
+            return 0
         try:
             reply = self.redis.xreadgroup(
-                INGEST_GROUP, self.consumer, {self.keys.telemetry: ">"}, count=READ_BATCH, block=block_ms
+                INGEST_GROUP, self.consumer, dict.fromkeys(self.streams.values(), ">"), count=READ_BATCH,
+                block=block_ms,
             )
         except redis.ResponseError as exc:
-            if "NOGROUP" in str(exc):  # Redis restarted empty: the stream and group are gone
+            if "NOGROUP" in str(exc):  # Redis restarted empty: the streams and groups are gone
                 self.group_ready = False
                 return 0
             raise
-        if not reply:
+        got, full = 0, False
+        for stream, entries in reply or ():
+            self.handle(stream.decode() if isinstance(stream, bytes) else stream, entries)
+            got += len(entries)
+            full = full or len(entries) == READ_BATCH
+        if not full:
             self.state.catching_up = False
-            return 0
-        entries = reply[0][1]
-        self.handle(entries)
-        if len(entries) < READ_BATCH:
-            self.state.catching_up = False
-        return len(entries)
+        return got
 
-    def reclaim(self, min_idle_ms: int | None = None) -> int:
-        """Take over entries a dead consumer read but never acknowledged."""
+    def reclaim(self, min_idle_ms: int | None = None, nodes: list[str] | None = None) -> int:
+        """Take over entries a dead consumer read but never acknowledged (on ``nodes``' streams, else all)."""
         if min_idle_ms is None:
             # This ingest holds what it read until its usage is written: idle that long is not dead.
             holding = self.flush_interval + (self.usage_flush_interval if self.usage_accounting else 0.0)
@@ -252,26 +299,35 @@ class Ingest:
         # idle ones: they are not taken in a second time.
         held = set(self.unacked)
         claimed = 0
-        start = "0-0"
-        while True:
-            # Redis 7 adds a third element (deleted ids); 6.2 answers two.
-            start, entries = self.redis.xautoclaim(
-                self.keys.telemetry, INGEST_GROUP, self.consumer,
-                min_idle_ms, start_id=start, count=READ_BATCH,
-            )[:2]
-            entries = [entry for entry in entries if entry[0] not in held]
-            if entries:
-                self.handle(entries)
-                claimed += len(entries)
-            if start in (b"0-0", "0-0"):
-                return claimed
+        # stream -> where its next XAUTOCLAIM starts; one pipeline a round over every stream
+        starts: dict[str, bytes | str] = dict.fromkeys(
+            self.streams.values() if nodes is None else [self.streams[name] for name in nodes], "0-0")
+        while starts:
+            pipe = self.redis.pipeline(transaction=False)
+            for stream, start in starts.items():
+                pipe.xautoclaim(stream, INGEST_GROUP, self.consumer, min_idle_ms, start_id=start, count=READ_BATCH)
+            for stream, reply in zip(list(starts), pipe.execute(), strict=True):
+                # Redis 7 adds a third element (deleted ids); 6.2 answers two.
+                start, entries = reply[:2]
+                entries = [entry for entry in entries if (stream, entry[0]) not in held]
+                if entries:
+                    self.handle(stream, entries)
+                    claimed += len(entries)
+                if start in (b"0-0", "0-0"):
+                    del starts[stream]
+                else:
+                    starts[stream] = start
+        return claimed
 
-    def handle(self, entries: list) -> None:
-        """Apply each entry on its own; a rejected one is logged (rate-limited), counted and skipped.
+    def handle(self, stream: str, entries: list) -> None:
+        """Apply each entry of one node's stream on its own; a rejected one is logged (rate-limited), counted
+        and skipped. A sample naming another node than the stream's is refused: only the node's own
+        credential writes there.
 
         Every entry is acknowledged with the next rollup write, whatever happened
         to the others: an entry left pending would be reclaimed and fail again, forever.
         """
+        node = self.keys.telemetry_node(stream)
         try:
             for entry_id, fields in entries:
                 if fields is None:  # trimmed away by MAXLEN before we got to it
@@ -282,15 +338,19 @@ class Ingest:
                 except schema.MalformedSample as exc:
                     self.reject(entry_id, exc)
                     continue
+                if sample["node"] != node:
+                    self.forged += 1
+                    self.reject(entry_id, f"names node {sample['node']!r}, written to node {node!r}'s stream")
+                    continue
                 self.nulled += nulled
                 try:
                     self.apply(sample, entry_id, held)
                 except Exception as exc:  # a valid sample ingest cannot take is a bug: log it, keep going
                     self.reject(entry_id, exc, exc_info=True)
         finally:
-            self.hold_acks([entry_id for entry_id, _ in entries])
+            self.hold_acks([(stream, entry_id) for entry_id, _ in entries])
 
-    def reject(self, entry_id: bytes, reason: Exception, exc_info: bool = False) -> None:
+    def reject(self, entry_id: bytes, reason: Exception | str, exc_info: bool = False) -> None:
         self.rejected += 1
         self.rejections.warning("rejected telemetry entry %s: %s", entry_id.decode(), reason, exc_info=exc_info)
 
@@ -304,9 +364,14 @@ class Ingest:
         name, seq = sample["node"], sample.get("seq")
         node = self.state.nodes.get(name)
         identity = node.identity if node is not None else CollectorIdentity()
-        verdict = identity.check(sample["boot"], seq) if seq is not None else None
+        verdict = identity.check(sample["boot"], seq, arrived, sample["interval"]) if seq is not None else None
         if verdict == DUPLICATE:
             self.duplicates += 1
+            return
+        if verdict in (TWIN, TAKEOVER) and identity.twin_since == arrived:
+            log.warning("node %s: two collectors report as this node (runs %s and %s); only one's samples count",
+                        name, identity.earlier[-1] if verdict == TAKEOVER else identity.boot, sample["boot"])
+        if verdict == TWIN:  # a second collector writing as this node: flagged (identity), its samples not summed
             return
         if verdict == RESTART:
             self.collector_restarts += 1
@@ -314,8 +379,12 @@ class Ingest:
                      identity.restarts)
         self.processed += 1
         placed, skew = place(sample["ts"], arrived - held, self.state.max_skew)
+        # Usage and energy count the time the stream saw pass, never more than the sample's interval
+        # (dashboard.live.identity.CountedTime); the live view keeps the interval the node sent.
+        counted = identity.counted.seconds(min(placed, arrived - held), arrived, sample["interval"])
         # A node whose clock is off has its minutes by when its samples were taken, not by its clock.
-        self.rollups.add(sample if skew is None else {**sample, "ts": placed}, entry_id)
+        self.rollups.add({**sample, "interval": counted} if skew is None
+                         else {**sample, "ts": placed, "interval": counted}, entry_id)
         if node is None:
             node = self.state.nodes[name] = NodeState(name, sample, arrived, placed, skew, identity=identity)
         else:
@@ -324,7 +393,7 @@ class Ingest:
             if seq is None:  # no verdict: the sample carries no identity
                 newer = placed >= node.placed
             else:
-                newer = verdict == RESTART or verdict == NEW and identity.is_newest(seq)
+                newer = verdict in (RESTART, TAKEOVER) or verdict == NEW and identity.is_newest(seq)
             if not newer:
                 return
             node.sample, node.placed, node.skew = sample, placed, skew
@@ -354,22 +423,35 @@ class Ingest:
         self.health.forget(name)
         self.idle.forget(name)
         self.rollups.forget(name)
+        self.probes.forget(name)
+        # Its streams go too: what they still hold was read long ago or is a week old.
+        self.streams.pop(name, None)
+        self.unacked = [entry for entry in self.unacked if entry[0] != self.keys.telemetry_stream(name)]
         pipe = self.redis.pipeline(transaction=False)
         pipe.hdel(self.keys.known_nodes, name)
         pipe.hdel(self.keys.health, name)
-        pipe.delete(self.keys.recent(name), self.keys.probe_history(name))
+        pipe.delete(self.keys.recent(name), self.keys.probe_history(name), self.keys.telemetry_stream(name),
+                    self.keys.probe_stream(name))
         pipe.execute()
 
     def forget_idle_consumers(self) -> None:
         """Delete the group's consumers (dead ingests) idle that long with nothing pending: they own nothing."""
         idle_ms = self.forget_consumers_after * 1000
-        for consumer in self.redis.xinfo_consumers(self.keys.telemetry, INGEST_GROUP):
-            name = consumer["name"]
-            name = name.decode(errors="replace") if isinstance(name, bytes) else name
-            if name != self.consumer and consumer["pending"] == 0 and consumer["idle"] > idle_ms:
-                # DELCONSUMER answers how many entries it dropped: 0 unless one was read since.
-                dropped = self.redis.xgroup_delconsumer(self.keys.telemetry, INGEST_GROUP, name)
-                log.info("removed idle ingest consumer %s (%d pending entries dropped)", name, dropped)
+        streams = list(self.streams.values())
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in streams:
+            pipe.xinfo_consumers(stream, INGEST_GROUP)
+        for stream, consumers in zip(streams, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(consumers, Exception):  # the stream went away since (forgotten, Redis restarted)
+                continue
+            for consumer in consumers:
+                name = consumer["name"]
+                name = name.decode(errors="replace") if isinstance(name, bytes) else name
+                if name != self.consumer and consumer["pending"] == 0 and consumer["idle"] > idle_ms:
+                    # DELCONSUMER answers how many entries it dropped: 0 unless one was read since.
+                    dropped = self.redis.xgroup_delconsumer(stream, INGEST_GROUP, name)
+                    log.info("removed idle ingest consumer %s of %s (%d pending entries dropped)", name, stream,
+                             dropped)
 
     # -- one tick ---------------------------------------------------------------
 
@@ -452,7 +534,12 @@ class Ingest:
             health = self.health.nodes
             pipe.hset(self.keys.health, mapping={name: orjson.dumps(health[name].record()) for name in health_changed})
         pushes = self.pushes
+        streams = self.streams
         for name in self.sampled:
+            if name in streams:
+                # The node's collector asks for this cap; one that leaves it out floods only its own
+                # stream, and only until here.
+                pipe.xtrim(streams[name], maxlen=TELEMETRY_MAXLEN, approximate=True)
             key = self.keys.recent(name)
             pipe.lpush(key, orjson.dumps([nodes[name].ts, self.frames.rows_of(name)]))
             # The first push trims too: a restarted ingest may find a longer list.
@@ -499,7 +586,7 @@ class Ingest:
 
     # -- acknowledgement ------------------------------------------------------
 
-    def hold_acks(self, ids: list[bytes]) -> None:
+    def hold_acks(self, ids: list[tuple[str, bytes]]) -> None:
         """Keep entry ids until the rollups and usage they feed are written (flush_rollups acknowledges them)."""
         self.unacked += ids
         excess = len(self.unacked) - self.max_unacked
@@ -511,9 +598,15 @@ class Ingest:
             self.ack(self.unacked[:excess])
             del self.unacked[:excess]
 
-    def ack(self, ids: list[bytes]) -> None:
-        for start in range(0, len(ids), ACK_BATCH):
-            self.redis.xack(self.keys.telemetry, INGEST_GROUP, *ids[start:start + ACK_BATCH])
+    def ack(self, entries: list[tuple[str, bytes]]) -> None:
+        by_stream: dict[str, list[bytes]] = {}
+        for stream, entry_id in entries:
+            by_stream.setdefault(stream, []).append(entry_id)
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, ids in by_stream.items():
+            for start in range(0, len(ids), ACK_BATCH):
+                pipe.xack(stream, INGEST_GROUP, *ids[start:start + ACK_BATCH])
+        pipe.execute()
 
     def flush_rollups(self, usage: bool = True) -> int:
         """Write the rollups of every entry read so far and, with ``usage``, their usage, then acknowledge
@@ -542,9 +635,13 @@ class Ingest:
             "lag_max": max(self.lags) if self.lags else None,
             "processed": self.processed,
             "rejected": self.rejected,
+            "forged": self.forged + self.probes.forged,
             "nulled": self.nulled,
             "duplicates": self.duplicates,
             "collector_restarts": self.collector_restarts,
+            # Samples of a second collector writing as a node, dropped (of the nodes ingest knows now).
+            "twin_dropped": sum(node.identity.twin_dropped for node in self.state.nodes.values()),
+            "nodes_twin": sum(1 for node in self.state.nodes.values() if node.identity.twin_since is not None),
             "catching_up": self.state.catching_up,
             "stage_failures": self.stage_failures,
             "alerts": self.evaluator.status() if self.evaluator is not None else None,

@@ -1,4 +1,4 @@
-"""The database side of rollups: merge partial minutes by upsert, keep the stream checkpoint.
+"""The database side of rollups: merge partial minutes by upsert, keep the streams' checkpoints.
 
 ``merge`` is the upsert itself, for any table whose parts add up (usage_store's too).
 
@@ -93,15 +93,22 @@ def merge(model: type[Model], columns: Sequence[str], key: Sequence[str], assign
         cursor.execute(f"TRUNCATE {part}" if postgres else f"DELETE FROM {part}")
 
 
-def load_checkpoint(stream: str) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The newest entry ids (ms, seq) already folded into the rollups and into the usage; (0, 0) when none."""
-    found = RollupCheckpoint.objects.filter(stream=stream).values_list(
-        "entry_ms", "entry_seq", "usage_entry_ms", "usage_entry_seq").first()
-    return (found[:2], found[2:]) if found else ((0, 0), (0, 0))
+def load_checkpoints(prefix: str, suffix: str) -> dict[str, tuple[tuple[int, int], tuple[int, int]]]:
+    """Per node, the newest entry ids (ms, seq) already folded into the rollups and into the usage: from the
+    checkpoints named ``<prefix><node><suffix>`` (a node's stream key and the consumer group)."""
+    found = RollupCheckpoint.objects.filter(stream__startswith=prefix, stream__endswith=suffix).values_list(
+        "stream", "entry_ms", "entry_seq", "usage_entry_ms", "usage_entry_seq")
+    return {stream[len(prefix):len(stream) - len(suffix)]: ((ms, seq), (usage_ms, usage_seq))
+            for stream, ms, seq, usage_ms, usage_seq in found if len(stream) > len(prefix) + len(suffix)}
 
 
-def save_checkpoint(stream: str, entry: tuple[int, int], usage_entry: tuple[int, int]) -> None:
-    RollupCheckpoint.objects.update_or_create(stream=stream, defaults={
-        "entry_ms": entry[0], "entry_seq": entry[1],
-        "usage_entry_ms": usage_entry[0], "usage_entry_seq": usage_entry[1],
-    })
+def save_checkpoints(checkpoints: dict[str, tuple[tuple[int, int], tuple[int, int]]]) -> None:
+    """Write each named checkpoint (rollups' entry, usage's entry) in one statement."""
+    if not checkpoints:
+        return
+    RollupCheckpoint.objects.bulk_create(
+        [RollupCheckpoint(stream=stream, entry_ms=entry[0], entry_seq=entry[1], usage_entry_ms=usage[0],
+                          usage_entry_seq=usage[1]) for stream, (entry, usage) in checkpoints.items()],
+        update_conflicts=True, unique_fields=["stream"],
+        update_fields=["entry_ms", "entry_seq", "usage_entry_ms", "usage_entry_seq"],
+    )

@@ -17,11 +17,11 @@ outage at any moment loses no minute and counts nothing twice:
    consumer's) before reading new ones.
 3. Exactly once across a crash between COMMIT and XACK. The same transaction
    as the upsert records a checkpoint: the newest entry id folded in, per
-   stream and consumer group, for the rollups and for the usage. Entries are
-   folded in id order, and one at or below the high-water mark (the
-   checkpoint, or the newest entry folded since) is skipped here; one between
-   the usage's mark and the rollups' counts for its usage alone. Ingest still
-   shows each live.
+   node's stream and consumer group, for the rollups and for the usage. Each
+   node's entries are folded in id order, and one at or below its node's
+   high-water mark (the checkpoint, or the newest entry folded since) is
+   skipped here; one between the usage's mark and the rollups' counts for its
+   usage alone. Ingest still shows each live.
 4. Database outages. A failed write changes nothing in memory: the aggregates
    stay (merging further samples) and are written by the next attempt. They
    are bounded at GPULSE_ROLLUP_MAX_ROWS (node, gpu, minute) cells; past it the
@@ -29,14 +29,14 @@ outage at any moment loses no minute and counts nothing twice:
    bounded the same way but written less often and a row per owner, drops
    minutes of its own: counted apart, in ``lost_usage_samples``.
 
-Limits. One checkpoint is exact for one ingest consumer reading the stream
+Limits. The checkpoints are exact for one ingest consumer reading the streams
 in order: run one ingest at a time (stop the old one before the new starts).
-Sharding the stream over several ingests needs a checkpoint per shard.
+Sharding the nodes over several ingests needs each to own its nodes' streams.
 """
 
 import datetime as dt
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from django.db import transaction
@@ -49,7 +49,12 @@ from gpulse.usage import BUSY_UTIL, owner
 log = logging.getLogger("gpulse.ingest")
 
 
-def entry_key(entry_id: bytes | str) -> tuple[int, int]:
+Key = tuple[int, int]
+# Before any entry: every entry orders after it.
+NO_ENTRY: Key = (0, 0)
+
+
+def entry_key(entry_id: bytes | str) -> Key:
     """A stream entry id ("1700000000000-3") as a pair that orders like the stream."""
     text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     ms, _, seq = text.partition("-")
@@ -117,7 +122,7 @@ class MinuteRollup:
 class RollupAccumulator:
     """Gather samples into partial minutes; write() merges them into the database with the checkpoint.
 
-    ``stream`` names the checkpoint: the stream key and the consumer group. The
+    ``stream_of(node)`` and ``group`` name each node's checkpoint: its stream key and the consumer group. The
     usage accounting (dashboard/live/usage.py) rides along: same samples, same
     per-GPU pass, same transactions. Its rows are written less often than the
     rollups (write(usage=False) keeps them): a GPU's usage row is a dozen numbers
@@ -131,8 +136,10 @@ class RollupAccumulator:
     readings are written, so the arrays stay the size of the cluster.
     """
 
-    def __init__(self, stream: str, max_rows: int = 500_000, busy_util: float = BUSY_UTIL, accounting: bool = True):
-        self.stream = stream
+    def __init__(self, stream_of: Callable[[str], str], group: str, max_rows: int = 500_000,
+                 busy_util: float = BUSY_UTIL, accounting: bool = True):
+        self.stream_of = stream_of
+        self.group = group
         self.max_rows = max_rows
         self.busy_util = busy_util
         self.accounting = accounting  # off (settings.GPULSE_USAGE_ACCOUNTING): the rollups only
@@ -146,27 +153,31 @@ class RollupAccumulator:
         self.queued: list[tuple[tuple[int, int] | None, dict]] = []
         # Until the checkpoint is read (resume()), entries wait in ``queued``.
         self.resumed = False
-        # The newest entry folded into the rollups, and into the usage (checkpoint or since) ...
-        self.high_water = self.usage_high_water = (0, 0)
-        # ... and what the database's checkpoint says of each.
-        self.written_mark = self.usage_written_mark = (0, 0)
+        # Per node, the newest entry folded into the rollups, and into the usage (checkpoint or since) ...
+        self.high_water: dict[str, Key] = {}
+        self.usage_high_water: dict[str, Key] = {}
+        # ... and what the database's checkpoints say of each.
+        self.written_mark: dict[str, Key] = {}
+        self.usage_written_mark: dict[str, Key] = {}
         self.duplicates = 0  # entries skipped as already counted
         self.lost_samples = 0  # samples dropped for the bound during a database outage
         # Samples whose usage was dropped for the bound: the rollups' and the usage's minutes are bounded
         # apart, so either may lose samples the other still holds.
         self.lost_usage_samples = 0
 
-    def resume(self, rollups: tuple[int, int], usage: tuple[int, int]) -> None:
-        """Start from a checkpoint: the newest entries already in the rollups and in the usage."""
-        self.high_water = self.written_mark = rollups
+    def resume(self, checkpoints: dict[str, tuple[Key, Key]]) -> None:
+        """Start from the checkpoints: per node, the newest entries already in the rollups and in the usage."""
+        self.high_water = {node: marks[0] for node, marks in checkpoints.items()}
         # Without accounting the usage is not kept: its mark follows the rollups'.
-        self.usage_high_water = self.usage_written_mark = usage if self.accounting else rollups
+        self.usage_high_water = {node: marks[1 if self.accounting else 0] for node, marks in checkpoints.items()}
+        self.written_mark = dict(self.high_water)
+        self.usage_written_mark = dict(self.usage_high_water)
         self.resumed = True
 
     def add(self, sample: dict, entry_id: bytes | str | None = None) -> None:
         """Queue a sample (the per-GPU work waits for fold_queued(), after the tick's frame).
 
-        ``entry_id``: the stream entry it came in; None for a sample from no stream,
+        ``entry_id``: the entry of its node's stream it came in; None for a sample from no stream,
         which is always counted.
         """
         self.queued.append((None if entry_id is None else entry_key(entry_id), sample))
@@ -191,18 +202,20 @@ class RollupAccumulator:
         minutes: list[int] = []
         usage_only: list[int] = []  # samples (by position) read again whose rollups are written
         known, accounting = self.ids, self.accounting
+        high_water, usage_high_water = self.high_water, self.usage_high_water
         for key, sample in self.queued:
+            node = sample["node"]
             if key is not None:
-                if key <= self.usage_high_water:
+                if key <= usage_high_water.get(node, NO_ENTRY):
                     self.duplicates += 1
                     continue
-                self.usage_high_water = key
-                if key <= self.high_water:  # read again after a restart: its rollups are written
+                usage_high_water[node] = key
+                if key <= high_water.get(node, NO_ENTRY):  # read again after a restart: its rollups are written
                     usage_only.append(len(sizes))
                 else:
-                    self.high_water = key
+                    high_water[node] = key
             minute = int(sample["ts"] // 60) * 60
-            node, read = sample["node"], len(ids)
+            read = len(ids)
             if accounting:
                 if minute not in self.usage:
                     self.usage[minute] = MinuteUsage(dt.datetime.fromtimestamp(minute, dt.UTC))
@@ -359,7 +372,7 @@ class RollupAccumulator:
         database error nothing in memory changes: the next call writes it all.
         """
         if not self.resumed:
-            self.resume(*rollup_store.load_checkpoint(self.stream))
+            self.resume(rollup_store.load_checkpoints(self.stream_of(""), " " + self.group))
         self.fold_queued()
         usage = usage or not self.accounting
         if (not self.minutes and self.high_water == self.written_mark
@@ -367,17 +380,19 @@ class RollupAccumulator:
             return 0
         rows = [row for minute in sorted(self.minutes) for row in self.minutes[minute].rows(self.gpus)]
         usage_mark = self.usage_high_water if usage else self.usage_written_mark
+        moved = {f"{self.stream_of(node)} {self.group}": (mark, usage_mark.get(node, NO_ENTRY))
+                 for node, mark in self.high_water.items()
+                 if (mark, usage_mark.get(node)) != (self.written_mark.get(node), self.usage_written_mark.get(node))}
         with transaction.atomic():
             rollup_store.merge_rollups(rows)
             if usage and self.accounting:
                 usage_store.merge_usage(*self.usage_rows())
-            if (self.high_water, usage_mark) != (self.written_mark, self.usage_written_mark):
-                rollup_store.save_checkpoint(self.stream, self.high_water, usage_mark)
+            rollup_store.save_checkpoints(moved)
         self.minutes = {}
-        self.written_mark = self.high_water
+        self.written_mark = dict(self.high_water)
         if usage:
             self.usage = {}
-            self.usage_written_mark = usage_mark
+            self.usage_written_mark = dict(usage_mark)
             self.free_ids += self.released_ids
             self.released_ids = []
         return len(rows)

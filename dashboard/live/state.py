@@ -31,7 +31,7 @@ class NodeState:
     def known(self) -> dict:
         """What Redis remembers of the node (Keys.known_nodes), for a restarted ingest and the API."""
         return {"ts": self.placed, "interval": self.interval, "arrived": self.arrived, "skew": self.skew,
-                "boot": self.identity.boot, "restarts": self.identity.restarts}
+                "boot": self.identity.boot, "restarts": self.identity.restarts, "twin": self.identity.twin_since}
 
 
 def remembered(raw: bytes) -> dict:
@@ -54,6 +54,9 @@ def remembered(raw: bytes) -> dict:
     skew = seen.get("skew")
     if skew is not None and (type(skew) not in (int, float) or abs(skew) > schema.MAX_TS):
         raise schema.MalformedSample("'skew' is not seconds")
+    twin = seen.get("twin")  # since when two collectors report as the node, else None
+    if twin is not None and (type(twin) not in (int, float) or not 0 <= twin <= schema.MAX_TS):
+        raise schema.MalformedSample("'twin' is not a unix time")
     boot, restarts = seen.get("boot"), seen.get("restarts", 0)
     if boot is not None and (type(boot) is not str or schema.BOOT.fullmatch(boot) is None):
         raise schema.MalformedSample("'boot' is not a collector run id")

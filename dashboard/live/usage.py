@@ -6,14 +6,18 @@ rows are written in the same transaction as the rollups and their checkpoint:
 the accounting inherits their guarantees (nothing lost across a crash, nothing
 counted twice). gpulse/usage.py says what allocated, busy and owner mean.
 
-- **Time**: each sample counts its ``interval`` seconds for the GPU, so a node
-  that stops sending stops counting.
+- **Time**: each sample counts for the GPU the seconds ingest hands it as the
+  sample's ``interval``: the time the stream saw pass since the node's
+  previous sample, at most the interval the node claims
+  (dashboard.live.identity.CountedTime), so a node that stops sending stops
+  counting and one that claims an hour every second counts a second.
 - **Energy**: the delta of the GPU's energy counter (mJ since the driver
   loaded) since the GPU's previous reading. Where there is no delta to take
   (the first reading after ingest starts, a counter that went backwards after
   a driver reload, a gap of more than MAX_GAP_INTERVALS, a reading older than
   the GPU's newest, no counter) or the delta is impossible (more than
-  MAX_WATTS over the gap: a node is untrusted), it is power × interval.
+  MAX_WATTS over the gap: a node is untrusted), it is power × those counted
+  seconds.
 - **Rows**: GpuUsage per (node, GPU, minute, owner); UsageHour the same summed
   per (hour, node, GPU model, owner), which the tables read; ClusterUsage per
   minute, which the chart reads. All three are summed from the same slots, in

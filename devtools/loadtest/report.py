@@ -53,7 +53,7 @@ ROWS = (
         _percent(r[key]) for key in ("collector_cpu_percent", "redis_cpu_percent", "client_cpu_percent"))),
     ("peak RSS ingest / web", lambda r: f"{r['rss_mb']['ingest']:.0f} MiB / {r['rss_mb']['web']:.0f} MiB"),
     ("Redis used memory", lambda r: f"{r['redis_mb']:.0f} MiB now, about {r['redis_mb_bound']:.0f} MiB once the "
-                                    f"stream (MAXLEN {r['telemetry_maxlen']:,}) and recent points are full"),
+                                    f"node streams (MAXLEN {r['telemetry_maxlen']:,} each) and recent points are full"),
     ("websocket clients", lambda r: f"{r['clients']}, {r['frames_per_client']:.1f} deltas each"),
 )
 

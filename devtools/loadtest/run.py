@@ -133,16 +133,17 @@ async def measure(system: LoadSystem, session: str, options: Options, say: Calla
 
 
 def redis_memory(client: redis.Redis, system: LoadSystem) -> dict:
-    """Return Redis's used memory now, and an estimate once the stream and the recent-point lists are full."""
+    """Return Redis's used memory now, and an estimate once the streams and the recent-point lists are full."""
     used = client.info("memory")["used_memory"]
     keys = system.keys
-    stream_len = client.xlen(keys.telemetry)
-    stream_bytes = client.memory_usage(keys.telemetry) or 0
     bound = used
-    if stream_len:
-        bound += stream_bytes / stream_len * max(0, TELEMETRY_MAXLEN - stream_len)
     first_node = client.hkeys(keys.known_nodes)[:1]
     if first_node:
+        stream = keys.telemetry_stream(first_node[0].decode())
+        stream_len = client.xlen(stream)
+        if stream_len:
+            per_entry = (client.memory_usage(stream) or 0) / stream_len
+            bound += per_entry * max(0, TELEMETRY_MAXLEN - stream_len) * system.nodes
         recent_key = keys.recent(first_node[0].decode())
         points = client.llen(recent_key)
         if points:

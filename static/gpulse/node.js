@@ -76,6 +76,7 @@
     sample: initial.status === "down" ? null : initial,
     skew: initial.clock_skew, // seconds the node's clock is off while beyond the allowed skew, else null
     restarts: initial.restarts || 0,
+    twin: initial.twin_collectors || null, // since when a second collector reports as this node, else null
     rejected: initial.error || null, // why the API refused its latest sample (cluster.node_view)
     error: null,
   };
@@ -347,6 +348,7 @@
     live.sample = message.sample;
     live.skew = message.clock_skew;
     live.restarts = message.restarts || 0;
+    live.twin = message.twin_collectors || null;
     if (message.sample) live.rejected = null;
     if (message.sample) {
       live.interval = message.sample.interval || live.interval;
@@ -378,6 +380,11 @@
     if (L.isNum(live.skew) && live.status !== "down") {
       banner += (banner ? " " : "") + "Clock skew " + L.skew(live.skew) + ": this node's clock is " + L.age(Math.abs(live.skew)) +
         (live.skew < 0 ? " behind" : " ahead of") + " gpulse's, so its samples are placed at the time they arrived.";
+      level = level || "warn";
+    }
+    if (L.isNum(live.twin)) {
+      banner += (banner ? " " : "") + "Warning: two collectors report as this node (since " + L.dateTime(live.twin) +
+        "). Only one collector's samples count for usage; stop the other, or give it its own node name and credential.";
       level = level || "warn";
     }
     els.banner.hidden = !banner;

@@ -46,7 +46,7 @@ class Command(BaseCommand):
             busy_util=settings.GPULSE_BUSY_UTIL,
             usage_accounting=settings.GPULSE_USAGE_ACCOUNTING,
         )
-        log.info("ingest %s reading %s every %.1f s", ingest.consumer, ingest.keys.telemetry, tick)
+        log.info("ingest %s reading %s every %.1f s", ingest.consumer, ingest.keys.telemetry_streams, tick)
         try:
             ingest.run(lambda: bool(stopping))
             ingest.finish()  # a deploy's SIGTERM: what was read is written and acknowledged
