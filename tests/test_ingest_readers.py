@@ -127,4 +127,4 @@ def test_rejected_entries_are_a_number_on_healthz_and_a_counter_on_metrics_never
                 for s in f.samples if s.name.startswith(("gpulse_ingest_", "gpulse_alert_evaluation"))}
     assert counters == {"gpulse_ingest_rejected_entries_total": 1, "gpulse_ingest_nulled_readings_total": 2,
                         "gpulse_ingest_lost_samples_total": 0, "gpulse_ingest_lost_usage_samples_total": 0,
-                        "gpulse_alert_evaluation_ok": 1}
+                        "gpulse_alert_evaluation_ok": 1, "gpulse_ingest_twin_dropped_samples_total": 0}
