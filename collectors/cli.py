@@ -77,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name-prefix", default="sim-",
                         help="simulated node names are PREFIX01, PREFIX02, ...; give each of several simulated "
                              "collectors its own prefix so their nodes stay apart (default %(default)s)")
+    parser.add_argument("--only-node", action="append", default=[], metavar="NAME",
+                        help="send this node of the simulated fleet only (repeatable): a node run as a collector of "
+                             "its own, with its own credential, as the demo runs its first node")
+    parser.add_argument("--except-node", action="append", default=[], metavar="NAME",
+                        help="send every node of the simulated fleet but this one (repeatable)")
+    parser.add_argument("--faults-url-file", metavar="PATH",
+                        help="read the simulator's faults with the Redis URL in this file, for a simulated "
+                             "collector whose own user reads nothing (default: its own Redis URL)")
     parser.add_argument("--fault", action="append", default=[], metavar="NODE[/GPU]=FAULT",
                         help=f"inject a fault into the simulated fleet: {SPELLINGS} (repeatable)")
     parser.add_argument("--expected-gpus", type=positive_int,
@@ -102,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _parse_faults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, int | None, str]]:
-    if args.fault and args.source != "simulated":
-        parser.error("--fault applies to --source simulated only")
+    for flag in ("fault", "only_node", "except_node", "faults_url_file"):
+        if getattr(args, flag) and args.source != "simulated":
+            parser.error(f"--{flag.replace('_', '-')} applies to --source simulated only")
     faults = []
     for spec in args.fault:
         target, sep, fault = spec.partition("=")
@@ -173,10 +182,12 @@ def simulated_fleet(args: argparse.Namespace, faults: list[tuple[str, int | None
     """Build the fleet with its faults; raise ValueError naming a fault target it does not have."""
     reader = None
     if not args.stdout:
-        client = redis.Redis.from_url(args.redis_url, socket_connect_timeout=1, socket_timeout=1)
+        url = args.redis_url if args.faults_url_file is None else read_redis_url_file(args.faults_url_file)
+        client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
         reader = redis_fault_reader(client, Keys())
     fleet = SimulatedFleet(args.nodes, args.gpus_per_node, args.interval, seed=args.seed,
-                           name_prefix=args.name_prefix, fault_reader=reader)
+                           name_prefix=args.name_prefix, fault_reader=reader, only=args.only_node,
+                           without=args.except_node)
     for node, gpu, fault in faults:
         fleet.inject(node, gpu, fault)
     return fleet
@@ -301,9 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.source == "simulated":
         try:
             fleet = simulated_fleet(args, faults)
+        except RedisUrlError as exc:
+            print(f"gpulse collector: {exc}", file=sys.stderr)
+            return 2
         except ValueError as exc:
             parser.error(str(exc))
-        nodes, probe_ranks = fleet.node_names, SIMULATED_PROBE_RANKS
+        nodes, probe_ranks = fleet.published, SIMULATED_PROBE_RANKS
 
         def open_source() -> Source:
             return fleet

@@ -79,7 +79,7 @@ collectors may share one Redis); malformed entries are logged once and skipped.
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -231,7 +231,11 @@ class SimulatedFleet:
         name_prefix: str = "sim-",
         fault_reader: Callable[[], dict[str, str]] | None = None,
         clock: Callable[[], float] = time.time,
+        only: Iterable[str] = (),
+        without: Iterable[str] = (),
     ):
+        """``only`` and ``without`` choose the nodes this fleet sends samples of (every node by default): the
+        demo runs one node as a collector of its own, with that node's own credential, and the rest in one."""
         if nodes < 1 or gpus_per_node < 1:
             raise ValueError("a fleet needs at least one node and one GPU per node")
         self.interval = interval
@@ -242,6 +246,13 @@ class SimulatedFleet:
         width = max(2, len(str(nodes)))
         self.node_names = [f"{name_prefix}{i + 1:0{width}d}" for i in range(nodes)]
         self._node_index = {name: i for i, name in enumerate(self.node_names)}
+        only, without = set(only), set(without)
+        unknown = sorted((only | without) - set(self.node_names))
+        if unknown:
+            raise ValueError(f"the fleet has no node {', '.join(unknown)} (its nodes: {self.node_names[0]} to "
+                             f"{self.node_names[-1]})")
+        self.published = [name for name in self.node_names if (not only or name in only) and name not in without]
+        self._published_index = [self._node_index[name] for name in self.published]
         self.models = [MODELS[i % len(MODELS)] for i in range(nodes)]
         self._uuids = [[f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node}/{j}')}" for j in range(g)]
                        for node in self.node_names]
@@ -598,7 +609,8 @@ class SimulatedFleet:
         cpu_util, host_mem = r["cpu_util"].tolist(), r["host_mem"].astype(np.int64).tolist()
         nulls = [None] * self.shape[1]
         samples = []
-        for i, node in enumerate(self.node_names):
+        for i in self._published_index:
+            node = self.node_names[i]
             if self._dead[i]:
                 continue
             model = self.models[i]

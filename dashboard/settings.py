@@ -97,8 +97,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Every place a password is set runs these: the password change page, the admin's user forms,
+# createsuperuser and changepassword, and ensure_admin (GPULSE_ADMIN_PASSWORD). The admin can
+# launch jobs on every node: "password" or "12345678" must not be one.
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # Every login form (ours and /admin/login/) authenticates through axes first,
 # which refuses a locked-out (username, address) before the password is checked.
@@ -208,10 +214,13 @@ GPULSE_USAGE_ACCOUNTING = env_bool("GPULSE_USAGE_ACCOUNTING", True)
 # Ingest writes the usage this often (seconds; with a rollup write), not at every rollup write:
 # each write is a row per GPU, which at 8,000 GPUs every 5 s was most of what accounting cost.
 # Stream entries stay pending until their usage is written, so a crash loses nothing: keep it
-# well under what a node's telemetry stream holds (gpulse/keys.py TELEMETRY_MAXLEN: 5 minutes
+# well under what a node's telemetry stream holds (gpulse/keys.py TELEMETRY_MAXLEN: 2 minutes
 # at 1 Hz) and GPULSE_INGEST_MAX_UNACKED entries.
 GPULSE_USAGE_FLUSH_INTERVAL = env_float("GPULSE_USAGE_FLUSH_INTERVAL", 60.0, minimum=0.1)
 GPULSE_BUSY_UTIL = env_float("GPULSE_BUSY_UTIL", 5.0, minimum=0.0, maximum=100.0)
+# Seconds a GPU must stay allocated and idle (same owner) before /usage/, its API and the overview's
+# KPI count it: a checkpoint's dip of a few seconds is not an idle allocation (dashboard/live/idle.py).
+GPULSE_IDLE_MIN_SECONDS = env_float("GPULSE_IDLE_MIN_SECONDS", 600.0, minimum=0.0)
 GPULSE_PRICE_GPU_HOUR = env_float("GPULSE_PRICE_GPU_HOUR", 2.5, minimum=0.0)
 GPULSE_PRICE_KWH = env_float("GPULSE_PRICE_KWH", 0.15, minimum=0.0)
 # What ingest wires into live each tick: the alert evaluator (a class) and the
@@ -257,6 +266,11 @@ GPULSE_SCONTROL = env_str("GPULSE_SCONTROL", "scontrol")
 GPULSE_SCONTROL_TIMEOUT = env_float("GPULSE_SCONTROL_TIMEOUT", 10.0, minimum=0.1, maximum=120.0)
 GPULSE_DRAIN_MAX_ATTEMPTS = env_int("GPULSE_DRAIN_MAX_ATTEMPTS", 5, minimum=1, maximum=20)
 GPULSE_DRAIN_RETRY_BASE = env_float("GPULSE_DRAIN_RETRY_BASE", 5.0, minimum=0.0)
+# Drain rate limits (dashboard/scheduler/limits.py): gpulse drains one node at
+# most once per GPULSE_DRAIN_NODE_INTERVAL seconds, and at most
+# GPULSE_DRAIN_MAX_NODES_PER_HOUR nodes in any hour; a drain over either waits.
+GPULSE_DRAIN_NODE_INTERVAL = env_float("GPULSE_DRAIN_NODE_INTERVAL", 600.0, minimum=0.0)
+GPULSE_DRAIN_MAX_NODES_PER_HOUR = env_int("GPULSE_DRAIN_MAX_NODES_PER_HOUR", 10, minimum=1)
 # The dashboard's public address, for links in notifications (Alertmanager's
 # externalURL); when set, the only origin whose pages may open a websocket.
 GPULSE_EXTERNAL_URL = env_str("GPULSE_EXTERNAL_URL", "")

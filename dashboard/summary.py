@@ -28,7 +28,8 @@ def throughput_summary() -> dict:
         _throughput["value"] = {
             "jobs_last_hour": figures["completed_last_hour"],
             "job_mean_s": figures["mean_duration_s"],
-            "latest_busbw": latest,  # {"nodes", "job", "busbw", "previous", "finished"}
+            # {"nodes", "job", "busbw" (out-of-place), "inplace_busbw", "size", "previous", "finished"}
+            "latest_busbw": latest,
         }
         _throughput["at"] = now
     return _throughput["value"]

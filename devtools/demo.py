@@ -1,20 +1,13 @@
 """`make demo`: the whole system on this machine with a simulated cluster."""
 
-import ctypes
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from devtools.lifetime import die_with_parent
 from devtools.stack import ROOT, Stack
-
-
-def stop_with_parent() -> None:
-    """Get SIGTERM when `make` dies: make does not pass its own SIGTERM on to the recipe."""
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def main() -> int:
@@ -31,7 +24,8 @@ def main() -> int:
         sim_gpus=int(os.environ.get("GPULSE_SIM_GPUS", "8")),
     )
     stopping = threading.Event()
-    stop_with_parent()
+    # SIGTERM when `make` dies: make does not pass its own SIGTERM on to the recipe.
+    die_with_parent()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stopping.set())
     try:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import redis
 
+from devtools.lifetime import die_with_parent
+
 
 def redis_server_binary() -> str:
     try:
@@ -39,7 +41,9 @@ def free_port() -> int:
 class EmbeddedRedis:
     """A redis-server child process on a free loopback port; stop() ends it."""
 
-    def __init__(self, port: int | None = None, directory: str | None = None, acl_file: bool = False):
+    def __init__(self, port: int | None = None, directory: str | None = None, acl_file: bool = False,
+                 binary: str | None = None):
+        self.binary = binary or redis_server_binary()
         self.port = port or free_port()
         self.directory = directory or tempfile.mkdtemp(prefix="gpulse-redis-")
         # With an ACL file, users made with ACL SETUSER and then ACL SAVE outlive a restart.
@@ -59,7 +63,7 @@ class EmbeddedRedis:
             acl = ["--aclfile", str(self.acl_path)]
         self.process = subprocess.Popen(
             [
-                redis_server_binary(),
+                self.binary,
                 "--port", str(self.port),
                 "--bind", "127.0.0.1",
                 "--dir", self.directory,
@@ -70,6 +74,11 @@ class EmbeddedRedis:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C in the terminal reaches the demo, which stops the processes that
+            # write to Redis first and Redis last (a Redis stopped at once broke ingest's final write).
+            # Ended with its parent however that ends.
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + timeout
         client = redis.Redis.from_url(self.url)

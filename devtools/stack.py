@@ -2,8 +2,12 @@
 
 Redis (embedded unless REDIS_URL is given), the database migrations, the
 web server, ingest, the control and webhook workers (and the scheduler worker
-when GPULSE_SLURM_DRAIN is on), one benchmark worker for every simulated node
-and a simulated fleet — every process stopped again by stop().
+when GPULSE_SLURM_DRAIN is on) and a simulated fleet — every process stopped
+again by stop(). The fleet's first node runs as a real GPU node does: a
+collector and a benchmark worker of its own, logged in as its own ACL users
+(node-<name>, nodeworker-<name>) with URLs read from files under the state
+folder's credentials/. One more collector and one benchmark worker serve every
+other simulated node.
 """
 
 import os
@@ -17,6 +21,7 @@ from pathlib import Path
 
 import redis
 
+from devtools.lifetime import die_with_parent
 from devtools.redis_server import EmbeddedRedis
 from gpulse.keys import DEFAULT_PREFIX
 from gpulse.redis_acl import create_role_users
@@ -48,6 +53,8 @@ class Stack:
         self.redis_url = redis_url
         self.database_url = database_url or f"sqlite:///{self.state_dir / 'db.sqlite3'}"
         self.sim_nodes = sim_nodes
+        # The node run the production way (the module's docstring).
+        self.own_node = sim_node_names(sim_nodes)[0]
         self.sim_gpus = sim_gpus
         self.interval = interval
         self.node_workers = node_workers
@@ -75,13 +82,39 @@ class Stack:
             # One node worker serves every simulated node, in one broker key space of its own
             # (workers/celery_app.py node_broker): the control worker sends their tasks there.
             GPULSE_SIMULATED_NODES="sim-",
+            # ... but the first, which has a worker and key space of its own, as a real node.
+            GPULSE_SIMULATED_EXCEPT=self.own_node,
         )
         env.update(self.extra_env)
         return env
 
+    def role_url(self, role: str) -> str:
+        """The Redis URL of ``role``'s ACL user (gpulse/redis_acl.py); the stack's own where it made none."""
+        assert self.redis_url is not None, "start() sets the Redis URL"
+        return self.role_urls.get(role, self.redis_url)
+
     def role_env(self, role: str) -> dict:
-        """The environment of a process that connects to Redis as ``role`` (gpulse/redis_acl.py)."""
-        return {**self.env, "REDIS_URL": self.role_urls.get(role, self.redis_url)}
+        """The environment of a process that connects to Redis as ``role``."""
+        return {**self.env, "REDIS_URL": self.role_url(role)}
+
+    @property
+    def credentials(self) -> Path:
+        return self.state_dir / "credentials"
+
+    def write_credential(self, role: str) -> Path:
+        """Keep ``role``'s Redis URL in a file of its own, readable by this user only, where an operator
+        keeps a node's credential: node-side processes read it from there, never from a command line."""
+        self.credentials.mkdir(mode=0o700, exist_ok=True)
+        path = self.credentials / f"{role}-redis-url"
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(self.role_url(role) + "\n")
+        return path
+
+    def file_env(self, credential: Path) -> dict:
+        """The environment of a node-side process that reads its Redis URL from ``credential`` only."""
+        env = {key: value for key, value in self.env.items() if key != "REDIS_URL"}
+        return {**env, "GPULSE_REDIS_URL_FILE": str(credential)}
 
     def manage(self, *args: str) -> str:
         done = subprocess.run(
@@ -91,10 +124,13 @@ class Stack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stderr.strip()}")
         return done.stdout.strip()
 
-    def spawn(self, name: str, role: str, *command: str) -> None:
+    def spawn(self, name: str, role: str, *command: str, env: dict | None = None) -> None:
+        """Start ``command`` as ``role`` (or with ``env``), logging to <name>.log. Its own process group, so
+        stop() ends it and everything it started; ended with this process however that ends."""
         log = open(self.state_dir / f"{name}.log", "ab")
         process = subprocess.Popen(
-            command, cwd=ROOT, env=self.role_env(role), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command, cwd=ROOT, env=env or self.role_env(role), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=die_with_parent,
         )
         self.processes.append((name, process))
 
@@ -106,7 +142,7 @@ class Stack:
             # Each process connects as its own least-privileged user, as in production; the
             # stack itself (and the tests and load test through it) keeps the default user.
             prefix = self.env.get("GPULSE_REDIS_PREFIX") or DEFAULT_PREFIX
-            self.role_urls = create_role_users(self.redis_url, prefix, simulator_prefix="sim-")
+            self.role_urls = create_role_users(self.redis_url, prefix, [self.own_node], simulator_prefix="sim-")
             with redis.Redis.from_url(self.redis_url) as admin:
                 admin.acl_save()  # the users outlive a restart of the server
         self.manage("migrate", "--noinput")
@@ -141,24 +177,44 @@ class Stack:
                 "-Q", "scheduler", "-n", f"scheduler-{self.port}@%h", "--pool", "threads", "--concurrency", "2",
                 "--without-gossip", "--without-mingle", "-l", "INFO",
             )
+        own = self.own_node
         if self.node_workers:
-            nodes = sim_node_names(self.sim_nodes)
-            # One Celery worker serves every simulated node, consuming each node's queue
+            # The first node's worker, as on a GPU node: its own queue in its own key space,
+            # its own user, its URL from its file.
+            self.spawn(
+                f"node-worker-{own}", f"nodeworker-{own}", py, "-m", "celery", "-A", "workers.node_worker", "worker",
+                "-Q", f"node.{own}", "-n", f"{own}-{self.port}@%h", "--pool", "solo",
+                "--without-gossip", "--without-mingle", "-l", "INFO",
+                env=self.file_env(self.write_credential(f"nodeworker-{own}")),
+            )
+            others = sim_node_names(self.sim_nodes)[1:]
+            # One Celery worker serves every other simulated node, consuming each node's queue
             # and keeping each node's heartbeat: a worker per node cost ~270 MB apiece.
             # Its queues lie in the one simulated broker key space, its ACL user
             # (simulated-nodeworker) reaches only sim-* nodes' keys, remote control off.
             # A thread per node, so the nodes of one job run their ranks side by side.
-            self.spawn(
-                "node-worker", "simulated-nodeworker", py, "-m", "celery", "-A", "workers.node_worker", "worker",
-                "-Q", ",".join(f"node.{node}" for node in nodes), "-n", f"nodes-{self.port}@%h",
-                "--pool", "threads", "--concurrency", str(len(nodes)),
-                "--without-gossip", "--without-mingle", "-l", "INFO",
-            )
+            if others:
+                self.spawn(
+                    "node-worker", "simulated-nodeworker", py, "-m", "celery", "-A", "workers.node_worker", "worker",
+                    "-Q", ",".join(f"node.{node}" for node in others), "-n", f"nodes-{self.port}@%h",
+                    "--pool", "threads", "--concurrency", str(len(others)),
+                    "--without-gossip", "--without-mingle", "-l", "INFO",
+                )
+        fleet = ("--source", "simulated", "--nodes", str(self.sim_nodes), "--gpus-per-node", str(self.sim_gpus),
+                 "--interval", str(self.interval))
+        # The first node's collector writes as node-<name>, which reads nothing: the faults set from the
+        # simulator page come through a user that reads only them.
         self.spawn(
-            "collector", "simulator", py, "-m", "collectors", "--source", "simulated",
-            "--redis-url", self.role_urls.get("simulator", self.redis_url),
-            "--nodes", str(self.sim_nodes), "--gpus-per-node", str(self.sim_gpus), "--interval", str(self.interval),
+            f"collector-{own}", f"node-{own}", py, "-m", "collectors", *fleet, "--only-node", own,
+            "--redis-url-file", str(self.write_credential(f"node-{own}")),
+            "--faults-url-file", str(self.write_credential("simulator-faults")),
+            env=self.file_env(self.credentials / f"node-{own}-redis-url"),
         )
+        if self.sim_nodes > 1:
+            self.spawn(
+                "collector", "simulator", py, "-m", "collectors", *fleet, "--except-node", own,
+                "--redis-url-file", str(self.write_credential("simulator")),
+            )
         self.wait_for_web()
         return self
 

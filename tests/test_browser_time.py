@@ -166,3 +166,89 @@ def test_the_live_pages_load_without_icu(chromium, running_system):
         assert written == intl
     finally:
         context.close()
+
+
+PARIS = "Europe/Paris"
+# A time as any page writes it, with whatever label follows it: none, "UTC", or an offset.
+WRITTEN_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})?(?: (UTC(?:[+−-]\d{2}:\d{2})?))?")
+ONE_CLOCK_RULE = "one clock"
+ONE_CLOCK_SETUP = (
+    "from datetime import timedelta; from django.utils import timezone; "
+    "from dashboard.alerts.models import Rule, Silence, WebhookEndpoint as W; "
+    "W.objects.create(name='one-clock-hook', url='http://127.0.0.1:9/hook'); "
+    f"Rule.objects.create(name={ONE_CLOCK_RULE!r}, metric='gpu.temp', comparison='>', threshold=-1000, "
+    "node_glob='sim-03', gpu_index=0); "
+    f"Silence.objects.create(node_glob='sim-99', until=timezone.now() + timedelta(hours=2), comment={ONE_CLOCK_RULE!r})"
+)
+ONE_CLOCK_RESOLVE = ("from dashboard.alerts.models import Rule; "
+                     f"Rule.objects.filter(name={ONE_CLOCK_RULE!r}).update(threshold=1000)")
+ONE_CLOCK_TEARDOWN = (
+    "from dashboard.alerts.models import Rule, Silence, WebhookEndpoint as W; "
+    f"Rule.objects.filter(name={ONE_CLOCK_RULE!r}).delete(); "
+    f"Silence.objects.filter(comment={ONE_CLOCK_RULE!r}).delete(); "
+    "W.objects.filter(name='one-clock-hook').delete()"
+)
+# The node page's Alerts section has this rule's alert: its <time>'s datetime, text and title.
+ALERT_TIME = f"""() => {{
+  const row = Array.from(document.querySelectorAll("#node-alert-table tbody tr"))
+    .find(tr => tr.cells[0].textContent === {ONE_CLOCK_RULE!r});
+  const time = row && row.querySelector("time");
+  return time ? {{datetime: time.getAttribute("datetime"), text: time.textContent, title: time.title}} : null;
+}}"""
+SERVER_TIMES = """() => Array.from(document.querySelectorAll("time.local-time"),
+  time => ({datetime: time.getAttribute("datetime"), text: time.textContent, title: time.title}))"""
+
+
+def labels_of_times(text: str) -> list[str | None]:
+    """The label after each time written in ``text``: None where there is none."""
+    return [match[1] for match in WRITTEN_TIME.finditer(text)]
+
+
+def assert_in_browser_zone(shown: dict, zone: str) -> None:
+    """A server time (the local_time tag) reads as the browser's zone says it, with UTC on hover."""
+    moment = datetime.fromisoformat(shown["datetime"].replace("Z", "+00:00"))
+    local = moment.astimezone(ZoneInfo(zone))
+    digits = 19 if len(shown["text"]) > len("YYYY-MM-DD HH:MM UTC+01:00") else 16  # to the second or the minute
+    assert shown["text"] == f"{local:%Y-%m-%d %H:%M:%S}"[:digits] + " " + utc_offset(local), shown
+    assert shown["title"] == f"{moment:%Y-%m-%d %H:%M:%S} UTC", shown
+
+
+def test_every_page_shows_its_times_in_the_browsers_zone(chromium, running_system):
+    """Issue 32: the node page's Alerts section said "Since 2026-11-27 20:50:39" (UTC, unlabelled) beside a Health
+    panel in the browser's zone, and /alerts/ and the delivery log were UTC. Every time on every page now reads in
+    the browser's zone, labelled, with UTC on hover: the server's too, also after a live part is fetched again."""
+    stack = running_system.stack
+    context = chromium.new_context(viewport=VIEWPORT, timezone_id=PARIS)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        log_in(page, running_system.base_url, running_system.username, running_system.password, "/nodes/sim-03/")
+        stack.manage("shell", "-c", ONE_CLOCK_SETUP)
+        # The alert fires after the page loaded: its row comes in the section the page fetches again.
+        page.wait_for_function(f"() => ({ALERT_TIME})() !== null", timeout=30_000)
+        alert_time = page.evaluate(ALERT_TIME)
+        assert alert_time["datetime"].endswith("Z"), alert_time
+        assert_in_browser_zone(alert_time, PARIS)
+        page.wait_for_function("() => document.getElementById('health-since').textContent !== ''")
+        node_text = page.inner_text("main")
+        assert "UTC+01:00" in page.text_content("#health-since")
+        assert labels_of_times(node_text) and set(labels_of_times(node_text)) == {"UTC+01:00"}, node_text
+
+        stack.manage("shell", "-c", ONE_CLOCK_RESOLVE)
+        for path, ready in (("/alerts/", "#resolved time"), ("/alerts/webhooks/", "#delivery-log time"),
+                            ("/usage/", "#range-shown time")):
+            deadline = time.monotonic() + 60
+            while True:
+                page.goto(running_system.base_url + path)
+                if page.locator(ready).count() or time.monotonic() > deadline:
+                    break
+                time.sleep(1)
+            times = page.evaluate(SERVER_TIMES)
+            assert page.locator(ready).count(), (path, times)
+            for server_time in times:
+                assert_in_browser_zone(server_time, PARIS)
+            labels = labels_of_times(page.inner_text("main"))
+            assert labels and set(labels) == {"UTC+01:00"}, (path, page.inner_text("main"))
+    finally:
+        context.close()
+        stack.manage("shell", "-c", ONE_CLOCK_TEARDOWN)

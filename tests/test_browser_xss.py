@@ -80,7 +80,9 @@ def hostile_gpu(gpu: dict) -> dict:
     """A copy of a real sample's GPU with HTML in every string field."""
     return dict(
         gpu, index=PAGE_NODE, name=HOSTILE, uuid=HOSTILE, throttle=[HOSTILE, "sw_power_cap"],
-        xid=[HOSTILE, {"code": IMG}], processes=[{"pid": IMG, "user": HOSTILE, "name": SVG, "mem_used": 1 << 30}],
+        xid=[HOSTILE, {"code": IMG}],
+        processes=[{"pid": IMG, "user": HOSTILE, "name": SVG, "mem_used": 1 << 30, "job": IMG,
+                    "cmd": "\" onmouseover=\"window.__pwned='title'\" " + HOSTILE}],
     )
 
 
@@ -104,6 +106,7 @@ def test_hostile_node_values_run_nothing_on_the_node_page(watched_page, running_
         # The hostile strings are shown as text, not dropped.
         assert PAGE_NODE in watched_page.text_content("#gpu-table tbody")
         assert SVG in watched_page.text_content("#proc-table tbody")
+        assert IMG in watched_page.text_content("#proc-table .proc-job")
         assert_nothing_ran(watched_page)
         open_checked(watched_page, f"{running_system.base_url}/nodes/sim-02/",
                      "document.getElementById('probe-chart').timeChart.uplot",

@@ -99,6 +99,8 @@ def test_every_sample_carries_its_health_checked_with_the_expected_gpu_count():
     (["--nodes", "many"], "is not a whole number"),
     (["--energy-interval", "-1"], "must be 0 or more"),
     (["--energy-interval", "nan"], "must be 0 or more"),
+    (["--only-node", "sim-09"], "the fleet has no node sim-09 (its nodes: sim-01 to sim-04)"),
+    (["--except-node", "gpu-01"], "the fleet has no node gpu-01"),
 ])
 def test_bad_arguments_exit_2_with_the_reason(args, message):
     result = collector("--source", "simulated", "--once", "--stdout", *args)
@@ -163,6 +165,37 @@ def test_once_into_redis_applies_the_faults_in_the_redis_hash(redis_client, redi
     assert sample["node"] == "sim-01" and sample["gpus"][1]["lost"] is True
     assert 1 <= redis_client.ttl(Keys().node("sim-01")) <= 3
     assert not redis_client.exists(Keys().node("sim-02"))
+
+
+def test_only_and_except_node_split_one_fleet_between_two_collectors():
+    """As the demo runs its first node apart: the same fleet, its nodes sent once each."""
+    fleet = ("--source", "simulated", "--nodes", "3", "--once", "--stdout", "--seed", "7")
+    alone = collector(*fleet, "--only-node", "sim-01")
+    rest = collector(*fleet, "--except-node", "sim-01")
+    assert alone.returncode == rest.returncode == 0, (alone.stderr.decode(), rest.stderr.decode())
+    assert [parse(line)["node"] for line in alone.stdout.splitlines()] == ["sim-01"]
+    assert [parse(line)["node"] for line in rest.stdout.splitlines()] == ["sim-02", "sim-03"]
+    # Only a simulated fleet has nodes to choose from.
+    nvml = collector("--source", "nvml", "--once", "--stdout", "--only-node", "sim-01")
+    assert nvml.returncode == 2 and "--only-node applies to --source simulated only" in nvml.stderr.decode()
+
+
+def test_the_faults_come_through_their_own_url_file_when_the_collectors_user_reads_nothing(redis_client, redis_url,
+                                                                                           tmp_path):
+    redis_client.hset(Keys().simulator_faults, "sim-01/2", "lost")
+    faults_url = tmp_path / "faults-url"
+    faults_url.write_text(redis_url + "\n")
+    nowhere = EmbeddedRedis().url  # the collector's own URL for the faults would find no hash there
+    result = collector("--source", "simulated", "--nodes", "2", "--once", "--only-node", "sim-01",
+                       "--redis-url", redis_url, "--faults-url-file", str(faults_url))
+    assert result.returncode == 0, result.stderr.decode()
+    [entry] = redis_client.xrange(Keys().telemetry_stream("sim-01"))
+    assert parse(entry[1][b"s"])["gpus"][2]["lost"] is True
+    assert not redis_client.exists(Keys().telemetry_stream("sim-02"))
+    missing = collector("--source", "simulated", "--once", "--redis-url", nowhere,
+                        "--faults-url-file", str(tmp_path / "missing"))
+    assert missing.returncode == 2
+    assert "cannot read the Redis URL from" in missing.stderr.decode().splitlines()[-1]
 
 
 def test_once_reports_when_redis_is_unreachable():

@@ -1,7 +1,10 @@
 """docker-compose.yml, the Dockerfile and .env.example, checked by structure (no Docker engine here)."""
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ import yaml
 from collectors.cli import build_parser
 from dashboard.settings import UPLOT_DIST
 from gpulse.keys import Keys
+from tests.test_redis_acl import acl, acl_redis, acl_server  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
@@ -36,19 +40,52 @@ def environment(service: str) -> dict:
 
 
 def test_every_service_is_there():
-    assert set(SERVICES) == {"redis", "postgres", "migrate", *CONTROL, *OPTIONAL, *GPU_NODE}
+    assert set(SERVICES) == {"redis-acl", "redis", "postgres", "migrate", *CONTROL, *OPTIONAL, *GPU_NODE}
 
 
-def test_redis_keeps_an_fsynced_aof_never_evicts_and_needs_a_password():
+def test_redis_keeps_an_fsynced_aof_never_evicts_and_takes_its_users_from_the_acl_file_only():
     redis = SERVICES["redis"]
     assert redis["image"] == "redis:7"
     flags = command("redis")
-    for flag in ("--appendonly yes", "--appendfsync everysec", "--maxmemory-policy noeviction",
-                 '--requirepass "$$REDIS_PASSWORD"'):
+    for flag in ("--aclfile /etc/redis/acl/users.acl", "--appendonly yes", "--appendfsync everysec",
+                 "--maxmemory-policy noeviction"):
         assert flag in flags
-    assert 'test -n "$$REDIS_PASSWORD"' in flags  # an empty password would mean an open Redis
+    # No shared password: the default user is off (the file's first line), every process has its own.
+    assert "--requirepass" not in flags and "REDIS_PASSWORD}" not in COMPOSE_TEXT
     assert any(volume.endswith(":/data") for volume in redis["volumes"])
-    assert "redis-cli ping" in " ".join(redis["healthcheck"]["test"])
+    assert "redis-acl:/etc/redis/acl:ro" in redis["volumes"]
+    assert redis["depends_on"]["redis-acl"]["condition"] == "service_completed_successfully"
+    assert "redis-cli --user admin ping" in " ".join(redis["healthcheck"]["test"])
+    assert environment("redis")["REDISCLI_AUTH"] == "${GPULSE_REDIS_PASSWORD_ADMIN:-}"
+
+
+def test_the_acl_service_writes_the_users_file_the_generator_makes_for_every_node_in_gpulse_nodes(tmp_path):
+    """The redis-acl service's own shell command, run here with a .env's variables: the file it leaves is
+    the generator's, with each GPU node's two users and the default user off."""
+    acl_service = SERVICES["redis-acl"]
+    assert acl_service["env_file"] == [".env"] and acl_service["restart"] == "no"
+    assert "redis-acl:/var/lib/gpulse-acl" in acl_service["volumes"]
+    assert re.search(r"^RUN install -d -m 0755 -o 10001 -g 10001 /var/lib/gpulse-acl$", DOCKERFILE, re.M)
+    shell = acl_service["command"][2].replace("$$", "$").replace("/var/lib/gpulse-acl", str(tmp_path))
+    shell = shell.replace("python -m", f"{sys.executable} -m")
+    names = ("ADMIN", "WEB", "INGEST", "CONTROL", "NODE_GPU_01", "NODEWORKER_GPU_01", "NODE_GPU_02",
+             "NODEWORKER_GPU_02")
+    env = {**os.environ, "GPULSE_NODES": "gpu-01, gpu-02",
+           **{f"GPULSE_REDIS_PASSWORD_{name}": f"password-{name.lower()}" for name in names}}
+    done = subprocess.run(["sh", "-c", shell], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    users = (tmp_path / "users.acl").read_text().splitlines()
+    assert users[0] == "user default off"
+    assert [line.split()[1] for line in users[1:]] == [
+        "ingest", "web", "control", "node-gpu-01", "nodeworker-gpu-01", "node-gpu-02", "nodeworker-gpu-02", "admin"]
+    assert "password-" not in "\n".join(users)  # hashes only
+
+    # A missing node password stops the service, naming the variable, and leaves no file behind.
+    (tmp_path / "users.acl").unlink()
+    del env["GPULSE_REDIS_PASSWORD_NODE_GPU_02"]
+    done = subprocess.run(["sh", "-c", shell], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "GPULSE_REDIS_PASSWORD_NODE_GPU_02" in done.stderr
+    assert not (tmp_path / "users.acl").exists()
 
 
 def test_postgres_keeps_its_data_and_reports_ready():
@@ -131,14 +168,50 @@ def test_gpu_node_services_reserve_every_nvidia_gpu_under_the_gpu_node_profile()
         assert "profiles" not in SERVICES[service] and "deploy" not in SERVICES[service]
 
 
-def test_control_processes_run_production_settings_against_postgres_and_a_password_protected_redis():
-    for service in ("migrate", *CONTROL):
+# Each control-host service's Redis user (gpulse/redis_acl.py roles).
+CONTROL_USERS = {"migrate": "web", "web": "web", "ingest": "ingest", "control-worker": "control",
+                 "webhooks": "control", "scheduler": "control"}
+
+
+def test_control_processes_run_production_settings_against_postgres_and_redis_each_as_its_own_user():
+    for service, user in CONTROL_USERS.items():
         env = environment(service)
         assert env["GPULSE_ENV"] == "production"
         assert env["DATABASE_URL"].startswith("postgres://${POSTGRES_USER")
         assert env["DATABASE_URL"].endswith("@postgres:5432/${POSTGRES_DB:-gpulse}")
-        assert env["REDIS_URL"] == "redis://:${REDIS_PASSWORD:-}@redis:6379/0"
+        variable = "GPULSE_REDIS_PASSWORD_" + user.upper()
+        assert env["REDIS_URL"] == f"redis://{user}:${{{variable}:-}}@redis:6379/0"
         assert env["SECRET_KEY"] == "${SECRET_KEY:-}" and env["ALLOWED_HOSTS"] == "${ALLOWED_HOSTS:-}"
+
+
+def test_no_service_logs_in_to_redis_as_the_default_user_and_gpu_nodes_read_their_own_url_from_a_file():
+    for name, spec in SERVICES.items():
+        for key, value in (spec.get("environment") or {}).items():
+            assert not re.search(r"rediss?://:", str(value)), f"{name}: {key} logs in as the default user"
+    for service, secret in (("collector", "collector-redis-url"), ("node-worker", "node-worker-redis-url")):
+        env = environment(service)
+        assert "REDIS_URL" not in env and env["GPULSE_REDIS_URL_FILE"] == "/run/secrets/redis-url"
+        assert SERVICES[service]["secrets"] == [{"source": secret, "target": "redis-url"}]
+        assert COMPOSE["secrets"][secret]["file"].startswith("${GPULSE_")
+
+
+@pytest.mark.parametrize("service, user", [("collector", "node-gpu-01"), ("node-worker", "nodeworker-gpu-01")])
+def test_the_gpu_node_healthchecks_pass_as_the_nodes_own_user(acl, tmp_path, service, user):  # noqa: F811
+    """Run with the node's least-privileged URL from its secret file, as the container runs them."""
+    url_file = tmp_path / "redis-url"
+    url_file.write_text(acl.urls[user] + "\n")
+    env = {**os.environ, "GPULSE_REDIS_URL_FILE": str(url_file), "GPULSE_NODE_NAME": "gpu-01"}
+    env.pop("REDIS_URL", None)
+    script = SERVICES[service]["healthcheck"]["test"][3]
+
+    def healthcheck() -> int:
+        return subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
+                              timeout=30).returncode
+
+    if service == "collector":
+        assert healthcheck() == 1  # no sample yet
+        acl.admin.set(Keys().node("gpu-01"), "{}")
+    assert healthcheck() == 0
 
 
 def test_no_secret_is_written_into_the_compose_file():
@@ -146,7 +219,7 @@ def test_no_secret_is_written_into_the_compose_file():
         for key, value in (spec.get("environment") or {}).items():
             if SECRET_NAMES.search(key):
                 assert "${" in str(value), f"{name}: {key} is hard-coded"
-    assert not re.search(r"(?i)(password|secret)[^$\n]*[:=]\s*['\"]?[A-Za-z0-9]{8,}", COMPOSE_TEXT)
+    assert not re.search(r"(?i)(password|secret)[^$\n]*[:=][ \t]*['\"]?[A-Za-z0-9]{8,}", COMPOSE_TEXT)
 
 
 def test_env_example_lists_every_variable_the_compose_file_reads():
@@ -154,7 +227,8 @@ def test_env_example_lists_every_variable_the_compose_file_reads():
     listed = dict(line.split("=", 1) for line in example.splitlines() if line and not line.startswith("#"))
     referenced = set(INTERPOLATED.findall(COMPOSE_TEXT))
     assert referenced and referenced <= set(listed), referenced - set(listed)
-    for name in ("SECRET_KEY", "POSTGRES_PASSWORD", "REDIS_PASSWORD", "GPULSE_METRICS_TOKEN"):
+    for name in ("SECRET_KEY", "POSTGRES_PASSWORD", "GPULSE_METRICS_TOKEN", "GPULSE_REDIS_PASSWORD_ADMIN",
+                 "GPULSE_REDIS_PASSWORD_WEB", "GPULSE_REDIS_PASSWORD_INGEST", "GPULSE_REDIS_PASSWORD_CONTROL"):
         assert listed[name] == "", f"{name} must be left for the operator to fill in"
 
 

@@ -352,6 +352,42 @@ def test_a_burst_that_arrives_in_parts_goes_out_in_one_frame(redis_client, make_
     assert len(frames) == 2 and set(frames[-1]["nodes"]) == {"a", "b"}
 
 
+def test_within_a_burst_only_due_nodes_are_read_and_another_nodes_sample_goes_out_in_the_next_frame(
+        redis_client, make_ingest, frames):
+    """Reads within a burst name the streams of the nodes still due only (an XREADGROUP costs for every
+    stream it names); a sample of a node that was not due, here a new one, is read right after the frame."""
+    from dashboard.live.ingest import BURST_WAIT_MAX
+
+    clock = Clock(999_999.05)
+    ingest = make_ingest(clock=clock)
+    for name in ("a", "b"):
+        xadd(redis_client, schema.encode(sample(name, ts=999_999.0)), at=999_999.0)
+    ingest.step()
+    ingest.step()
+    clock.now = 1_000_000.05
+    xadd(redis_client, schema.encode(sample("a", ts=1_000_000.0)), at=1_000_000.0)
+    ingest.step()
+    assert len(frames) == 1, "b is due: the burst is open"
+    clock.now = 1_000_000.1
+    xadd(redis_client, schema.encode(sample("new", ts=1_000_000.0)), at=1_000_000.0)
+    ingest.step()
+    assert "new" not in ingest.state.nodes, "not due: not read within the burst"
+    xadd(redis_client, schema.encode(sample("b", ts=1_000_000.0)), at=1_000_000.0)
+    ingest.step()
+    ingest.step()
+    assert len(frames) == 2 and set(frames[-1]["nodes"]) == {"a", "b"}
+    clock.now = 1_000_000.2
+    ingest.step()  # the read between bursts names every stream
+    assert "new" in ingest.state.nodes
+    clock.now = 1_000_001.05
+    for name in ("a", "b"):
+        xadd(redis_client, schema.encode(sample(name, ts=1_000_001.0)), at=1_000_001.0)
+    ingest.step()
+    clock.now = 1_000_001.0 + BURST_WAIT_MAX * ingest.tick  # new is due now, and does not report again
+    ingest.step()
+    assert len(frames) == 3 and frames[-1]["nodes"]["new"]["ts"] == 1_000_000.0
+
+
 def test_a_node_that_does_not_report_holds_the_frame_back_only_briefly(redis_client, make_ingest, frames):
     from dashboard.live.ingest import BURST_WAIT_MAX
 

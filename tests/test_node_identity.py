@@ -16,7 +16,7 @@ from dashboard.scheduler.models import DrainRecord
 from gpulse import schema
 from gpulse.keys import TELEMETRY_MAXLEN, Keys
 from tests.samples import sample
-from tests.test_redis_acl import acl, acl_redis  # noqa: F401 (fixtures)
+from tests.test_redis_acl import acl, acl_redis, acl_server  # noqa: F401 (fixtures)
 
 KEYS = Keys()
 

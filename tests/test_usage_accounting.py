@@ -475,7 +475,9 @@ def test_the_api_needs_login(client):
 
 # -- idle allocations now ----------------------------------------------------------------------------------------
 
-def test_ingest_lists_the_idle_allocations_now_with_owner_and_since(redis_client, make_ingest, viewer):  # noqa: F811
+def test_ingest_lists_the_idle_allocations_now_with_owner_and_since(redis_client, make_ingest, viewer,  # noqa: F811
+                                                                    settings):
+    settings.GPULSE_IDLE_MIN_SECONDS = 60  # dana's GPU has been idle 90 s
     ingest = make_ingest()
     now = time.time()
     for second in (-90, -60, -30, 0):
@@ -491,7 +493,7 @@ def test_ingest_lists_the_idle_allocations_now_with_owner_and_since(redis_client
     GpuPrice.objects.create(gpu_model=H100, usd_per_gpu_hour="4.00")
     answer = viewer.get("/api/v1/usage?by=user&since=1h").json()
     assert answer["idle_now"][0]["usd_per_hour"] == 4.0 and answer["idle_now"][0]["idle_s"] >= 89
-    assert idle_summary(ingest.idle.by_model())["gpus"] == 1
+    assert idle_summary(ingest.idle.by_model(now))["gpus"] == 1
 
     # Busy again: it leaves the list at the next write.
     apply(ingest, node_sample("n1", now + 30, [(80, [process("dana", "101")], None, 300.0, H100)]))
@@ -552,8 +554,9 @@ def test_the_idle_kpi_prices_each_model(db):
     from dashboard import summary
 
     summary._prices["at"] = -summary.PRICES_EVERY  # read the new price now
-    figures = idle_summary({A100: 2, H100: 1})
-    assert figures == {"gpus": 3, "usd_per_hour": pytest.approx(2 * 1.5 + 2.5)}  # H100 at GPULSE_PRICE_GPU_HOUR
+    figures = idle_summary({A100: 2, H100: 1, "Acme Tensor 9": 1})
+    # The admin's A100 price, H100 at its family's default, a model of no known family at GPULSE_PRICE_GPU_HOUR.
+    assert figures == {"gpus": 4, "usd_per_hour": pytest.approx(2 * 1.5 + 3.0 + 2.5)}
 
 
 def test_a_minute_of_usage_lands_in_the_hour_it_belongs_to(make_ingest):  # noqa: F811

@@ -170,8 +170,39 @@ def test_the_idle_allocations_now_longest_first_with_owner_and_price(viewer, red
     assert "2 GPUs, $1,236.00/h" in html
 
 
+def test_a_checkpoint_dip_of_seconds_is_not_an_idle_allocation_on_the_page_the_api_or_the_kpi(
+        viewer, redis_client, make_ingest, settings):  # noqa: F811
+    # dana's notebook idle for 11 minutes; alice's training job in a checkpoint's dip for 16 s (issue 32).
+    assert settings.GPULSE_IDLE_MIN_SECONDS == 600
+    kpi = []
+    ingest = make_ingest(summary=lambda idle_by_model: kpi.append(idle_by_model) or {})
+    now = time.time()
+    apply(ingest, node_sample("n1", now - 660, [(0, [process("dana", "101")], None, 80.0, H100),
+                                                (97, [process("alice", "100")], None, 600.0, H100)]))
+    for ts in (now - 16, now):
+        apply(ingest, node_sample("n1", ts, [(0, [process("dana", "101")], None, 80.0, H100),
+                                             (0, [process("alice", "100")], None, 90.0, H100)]))
+    ingest.emit(now)
+    ingest.use_database(now)
+    assert kpi[-1] == {H100: 1}
+    html = viewer.get("/usage/").content.decode()
+    assert [row[:4] for row in Tables(html).tables["idle-table"]["body"]] == [["n1", "0", "dana", "101"]]
+    assert "1 GPU, $3.00/h" in html and "idle for 10 min or more" in html
+    assert [entry["user"] for entry in viewer.get("/api/v1/usage?since=1h").json()["idle_now"]] == ["dana"]
+
+    # The setting says how long is long enough.
+    settings.GPULSE_IDLE_MIN_SECONDS = 10
+    assert len(Tables(viewer.get("/usage/").content.decode()).tables["idle-table"]["body"]) == 2
+    restarted = make_ingest(summary=lambda idle_by_model: kpi.append(idle_by_model) or {})
+    restarted.load_known_nodes()  # it takes the idle list the first one wrote
+    apply(restarted, node_sample("n1", now, [(0, [process("dana", "101")], None, 80.0, H100),
+                                             (0, [process("alice", "100")], None, 90.0, H100)]))
+    restarted.use_database(now)
+    assert kpi[-1] == {H100: 2}
+
+
 def test_without_idle_allocations_the_page_says_so(viewer, redis_client):
-    assert "No GPU is allocated and idle right now." in viewer.get("/usage/").content.decode()
+    assert "No GPU has been allocated and idle for 10 min or more." in viewer.get("/usage/").content.decode()
 
 
 @pytest.mark.parametrize("by", ["user", "job", "node"])

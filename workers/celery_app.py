@@ -43,14 +43,18 @@ def node_queue(node: str) -> str:
 # only by devtools/stack.py) uses SIMULATED_BROKER instead of a node's name: one no
 # node can have (the node-name rule refuses '@'), so no real node's worker shares
 # its key space, and its ACL user (simulated-nodeworker) reaches simulated nodes' keys only.
+# The nodes named in GPULSE_SIMULATED_EXCEPT (comma-separated) run as a real node
+# does, with a worker and key space of their own: the demo's sim-01.
 SIMULATED_NODES_VARIABLE = "GPULSE_SIMULATED_NODES"
+SIMULATED_EXCEPT_VARIABLE = "GPULSE_SIMULATED_EXCEPT"
 
 
 def node_broker(node: str) -> str:
     """The broker name whose key space holds ``node``'s queue: the node's own name,
     or SIMULATED_BROKER for a simulated node of the demo."""
     simulated = os.environ.get(SIMULATED_NODES_VARIABLE, "")
-    return SIMULATED_BROKER if simulated and node.startswith(simulated) else node
+    own_worker = os.environ.get(SIMULATED_EXCEPT_VARIABLE, "").split(",")
+    return SIMULATED_BROKER if simulated and node.startswith(simulated) and node not in own_worker else node
 
 
 def node_transport_options(broker: str) -> dict:

@@ -12,12 +12,28 @@ from django.conf import settings
 
 from dashboard.alerts.models import Rule, is_gpu_metric
 from gpulse import usage
-from gpulse.health import VERDICT_LEVEL
+from gpulse.health import FAIL, VERDICT_LEVEL
 from gpulse.status import DOWN, STALE, UP
+from gpulse.xid import XidInfo, classify
 
 COMPARE = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne
 }
+
+
+# A transition's reason is the condition with the value ("node.health >= 2 (now 2), held 5 s"), then,
+# for the metrics that say more, DETAIL and what was found, then ACTION and what to do:
+# "…: GPU 3 NVLink links: link 2 down; action: Drain the node…" (split_reason).
+DETAIL = ": "
+ACTION = "; action: "
+
+
+def split_reason(reason: str) -> tuple[str, str]:
+    """Return (what was found, what to do) of a transition's reason, each "" where it says none:
+    what the pages show beside the rule's condition, which they say in words."""
+    detail = reason.partition(DETAIL)[2]
+    found, has_action, action = detail.rpartition(ACTION)
+    return (found, action) if has_action else (detail, "")
 
 
 def _reading(name):
@@ -31,14 +47,48 @@ def _mem_used_pct(gpu):
     return 100.0 * used / total
 
 
-def _xid(gpu):
-    """Return the highest XID code in the sample (0 when none), so `== 79` can pick one."""
+def _xid_codes(gpu) -> list | None:
+    """The sample's Xid codes, None where the GPU reports none."""
     events = gpu.get("xid")
     if events is None:
         return None
     codes = [e.get("code", 0) if isinstance(e, dict) else e for e in events]
-    codes = [c for c in codes if isinstance(c, (int, float))]
-    return max(codes, default=0)
+    return [c for c in codes if isinstance(c, (int, float))]
+
+
+def _xid(gpu):
+    """Return the highest XID code in the sample (0 when none), so `== 79` can pick one."""
+    codes = _xid_codes(gpu)
+    return None if codes is None else max(codes, default=0)
+
+
+def _xids(gpu) -> list[XidInfo] | None:
+    """The sample's Xids as NVIDIA's catalogue classifies them, None where the GPU reports none."""
+    codes = _xid_codes(gpu)
+    return None if codes is None else [classify(c) for c in codes if isinstance(c, int) and c > 0]
+
+
+# gpu.xid_severity: 1 for an Xid whose action is restarting the application (or nothing),
+# 2 for one that needs a GPU reset, a reboot or a repair (gpulse/xid.py), 0 for none.
+XID_LEVEL_WARN, XID_LEVEL_FAIL = 1, 2
+
+
+def _xid_level(info: XidInfo) -> int:
+    return XID_LEVEL_FAIL if info.severity == FAIL else XID_LEVEL_WARN
+
+
+def _xid_severity(gpu):
+    xids = _xids(gpu)
+    return None if xids is None else max(map(_xid_level, xids), default=0)
+
+
+def xid_detail(gpu: dict) -> str:
+    """The sample's worst Xid with its catalogue description and action, to end the alert's reason."""
+    xids = _xids(gpu)
+    if not xids:
+        return ""
+    worst = max(xids, key=lambda info: (_xid_level(info), info.code))
+    return f"{DETAIL}Xid {worst.code} ({worst.kind}): {worst.description}{ACTION}{worst.action}"
 
 
 def _lost(gpu):
@@ -72,9 +122,18 @@ GPU_READERS = {
     "gpu.mem_used_pct": _mem_used_pct,
     "gpu.ecc_uncorrected": _reading("ecc_uncorrected"),
     "gpu.xid": _xid,
+    "gpu.xid_severity": _xid_severity,
     "gpu.lost": _lost,
 }
 
+
+# Node-level metrics whose firing alert inhibits the notifications of the node's GPU alerts
+# (dashboard/alerts/evaluate.py, _inhibiting): the node's verdict, whose reason is its worst
+# finding, a GPU's included, with the action; and a node gone silent.
+INHIBITING = frozenset({"node.health", "node.down", "node.stale"})
+
+# Metrics whose reason ends with the sample's worst Xid and its action (xid_detail).
+DESCRIBES_XID = frozenset({"gpu.xid", "gpu.xid_severity"})
 
 # Metrics whose notifications name the GPU's owner, so a receiver can tell them.
 NAMES_OWNER = frozenset({"gpu.idle_allocated"})
@@ -86,7 +145,7 @@ def owner_detail(owner: usage.Owner) -> str:
     """The owner's known parts, to end the alert's reason: ": user dana, job 41007, pod ml/nb-1"."""
     parts = [f"{label} {value if len(value) <= OWNER_PART else value[:OWNER_PART - 1] + '…'}"
              for label, value in zip(("user", "job", "pod"), owner, strict=True) if value]
-    return ": " + ", ".join(parts) if parts else ""
+    return DETAIL + ", ".join(parts) if parts else ""
 
 
 # GPU-level health metrics: 1 while the GPU has a warn or fail finding of this check
@@ -134,6 +193,16 @@ def node_value(metric: str, node, health=None) -> int | None:
 DETAIL_REASON = 120
 
 
+# What to do about a node whose samples stopped: the node.down alert's action.
+DOWN_ACTION = ("Check that the node is up and reachable and that its collector runs "
+               "(journalctl -u gpulse-collector); drain it if it is down")
+
+
+def down_detail(node, now: float) -> str:
+    """node.down's reason: how long since its last sample, and the action."""
+    return f"{DETAIL}last sample {now - node.arrived:.0f} s ago{ACTION}{DOWN_ACTION}"
+
+
 def health_detail(metric: str, health) -> str:
     """node.health's reason and action, to end the alert's reason (and so the webhook's message)."""
     if metric != "node.health" or health is None:
@@ -144,8 +213,8 @@ def health_detail(metric: str, health) -> str:
         return ""
     if len(reason) > DETAIL_REASON:
         reason = reason[:DETAIL_REASON - 1] + "…"
-    action = f"; action: {summary['action']}" if summary["action"] else ""
-    return f": {reason}{action}"
+    action = f"{ACTION}{summary['action']}" if summary["action"] else ""
+    return f"{DETAIL}{reason}{action}"
 
 
 @dataclass(frozen=True)
@@ -157,6 +226,7 @@ class CompiledRule:
     gpu_index: int | None
     for_seconds: float
     repeat_interval: float
+    keep_firing_for: float  # seconds a firing alert stays firing once its condition is false
     severity: str
     read: Callable | None  # GPU-level rules: sample GPU dict → value or None
     health_check: str | None  # GPU-level health metrics: the check whose findings they count
@@ -181,6 +251,7 @@ class CompiledRule:
             gpu_index=rule.gpu_index,
             for_seconds=float(rule.for_seconds),
             repeat_interval=float(rule.repeat_interval),
+            keep_firing_for=float(rule.keep_firing_for),
             severity=rule.severity,
             read=read if gpu_level else None,
             health_check=HEALTH_GPU_CHECKS.get(rule.metric),

@@ -19,8 +19,30 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Q
 
-from dashboard.alerts.conditions import NAMES_OWNER, CompiledRule, health_detail, node_value, owner_detail
-from dashboard.alerts.models import FIRING, INACTIVE, PENDING, RESOLVED, Alert, Rule, Silence, Transition, fingerprint
+from dashboard.alerts import generation as rules_generation
+from dashboard.alerts.conditions import (
+    DESCRIBES_XID,
+    INHIBITING,
+    NAMES_OWNER,
+    CompiledRule,
+    down_detail,
+    health_detail,
+    node_value,
+    owner_detail,
+    xid_detail,
+)
+from dashboard.alerts.models import (
+    FIRING,
+    INACTIVE,
+    PENDING,
+    RESOLVED,
+    SEVERITY_RANK,
+    Alert,
+    Rule,
+    Silence,
+    Transition,
+    fingerprint,
+)
 from dashboard.live.state import ClusterState
 from dashboard.scheduler import hooks as drain_hooks
 from gpulse.ratelog import RateLimitedLog
@@ -30,7 +52,9 @@ from gpulse.usage import NOBODY, Owner, owner
 log = logging.getLogger(__name__)
 
 # Seconds between reloads of rules, silences and the active alerts from the
-# database: edits take effect within this, and per-tick work stays in memory.
+# database, whatever else happens; an edit of a rule or silence reloads them at
+# the next tick (dashboard/alerts/generation.py), and the alert rows another
+# evaluator changed are read back within this.
 RELOAD_EVERY = 5.0
 QUIET = (INACTIVE, RESOLVED)
 ERROR_LOG_EVERY = 60.0
@@ -42,7 +66,7 @@ CHANGES = {
     "fire_now": (INACTIVE, FIRING),  # a rule without a `for` duration
     "reset": (PENDING, INACTIVE),
     "resolve": (FIRING, RESOLVED),
-    "renotify": (FIRING, FIRING),  # firing while silenced; the silence has ended
+    "renotify": (FIRING, FIRING),  # firing while silenced or inhibited; that has ended
     "repeat": (FIRING, FIRING),
 }
 
@@ -73,6 +97,10 @@ class TargetState:
     alert_id: int
     notified: bool = False
     last_notified: float | None = None
+    # While firing: when its condition last turned false (the rule's keep_firing_for runs from it);
+    # None while the condition holds. Kept in memory only, across reloads: an evaluator that
+    # restarts holds the alert firing for a whole keep_firing_for again, never less.
+    clear_since: float | None = None
 
     @classmethod
     def from_row(cls, row: Alert) -> "TargetState":
@@ -103,6 +131,7 @@ class AlertEvaluator:
         self._enqueue = enqueue or _enqueue_dispatch
         self._reload_every = reload_every
         self._loaded_at: float | None = None
+        self._generation = 0  # of the rules and silences loaded (dashboard/alerts/generation.py)
         self._rules: dict[int, CompiledRule] = {}
         self._silences: list[tuple[Silence, float]] = []
         self._scopes: dict[str, tuple[tuple, tuple]] = {}
@@ -165,7 +194,10 @@ class AlertEvaluator:
     # -- loading ------------------------------------------------------------
 
     def _reload_if_due(self, now: float) -> dict:
-        if self._loaded_at is not None and 0 <= now - self._loaded_at < self._reload_every:
+        # One small query a tick: a rule or silence saved since the last load reloads at once.
+        changed = rules_generation.current()
+        if (self._loaded_at is not None and changed == self._generation
+                and 0 <= now - self._loaded_at < self._reload_every):
             return {}
         rules = {r.id: CompiledRule.compile(r) for r in Rule.objects.filter(enabled=True)}
         silences = [(s, s.until.timestamp()) for s in Silence.objects.filter(until__gt=_dt(now))]
@@ -174,11 +206,14 @@ class AlertEvaluator:
             key = (row.rule_id, row.node, row.gpu)
             active[key] = TargetState.from_row(row)
             self._alert_ids[key] = row.id
+            before = self._active.get(key)
+            if before is not None and before.alert_id == row.id and before.status == row.status == FIRING:
+                active[key].clear_since = before.clear_since
         self._rules, self._silences, self._active = rules, silences, active
         self._index_active()
         self._scopes.clear()
         self._warned_nodes.clear()
-        self._loaded_at = now
+        self._loaded_at, self._generation = now, changed
         return self._orphans()
 
     def _orphans(self) -> dict:
@@ -220,6 +255,7 @@ class AlertEvaluator:
     def _propose_node(self, node, now, probes, health, out):
         name, status = node.name, node.status
         gpu_rules, node_rules = self._scope(name)
+        proposed_before = len(out)
         for rule in node_rules:
             if rule.metric == "probe.busbw":
                 if status != UP:
@@ -229,16 +265,17 @@ class AlertEvaluator:
                 value = node_value(rule.metric, node, health)
             if value is None:
                 continue
-            detail = health_detail(rule.metric, health)
             if rule.test(value):
+                detail = down_detail(node, now) if rule.metric == "node.down" else health_detail(rule.metric, health)
                 self._when_true(rule, (rule.id, name, None), value, now, out, detail)
             else:
-                self._when_false(rule, (rule.id, name, None), value, out, detail)
+                self._when_false(rule, (rule.id, name, None), value, now, out, health_detail(rule.metric, health))
         # A stale or down node's last sample is not current: its GPU alerts keep
         # their state (never resolve on vanished data) and node.down takes over.
         if status != UP or not gpu_rules:
             return
         has_active = name in self._active_nodes
+        inhibiting = self._inhibiting(name, node_rules, out) if has_active or len(out) > proposed_before else -1
         # (check, gpu) of the node's warn and fail findings; None while it has no health data.
         flagged = health.flagged() if health is not None and health.reported is not None else None
         for gpu in node.sample.get("gpus") or ():
@@ -254,39 +291,65 @@ class AlertEvaluator:
                     continue
                 key = (rule.id, name, index)
                 if rule.test(value):
-                    self._when_true(rule, key, value, now, out)
+                    detail = xid_detail(gpu) if rule.metric in DESCRIBES_XID else ""
+                    self._when_true(rule, key, value, now, out, detail, SEVERITY_RANK[rule.severity] <= inhibiting)
                 elif has_active:
-                    self._when_false(rule, key, value, out)
+                    self._when_false(rule, key, value, now, out)
                 # Only once there is something to tell: most ticks propose nothing.
                 if rule.metric in NAMES_OWNER and key in out:
                     proposal = out[key]
                     proposal.owner = owner(gpu)
                     proposal.reason += owner_detail(proposal.owner)
 
-    def _when_true(self, rule: CompiledRule, key, value, now, out, detail: str = ""):
-        """``detail``: what the metric's value stands for (node.health's reason and action), ends the reason."""
+    def _inhibiting(self, node: str, node_rules: tuple, out: dict) -> int:
+        """The highest severity rank of the alerts firing on ``node`` after this tick's proposals
+        whose metric stands for the whole node (INHIBITING), -1 for none: such an alert inhibits the
+        notifications of the node's GPU alerts of the same or a lower severity (Alertmanager's
+        inhibit_rules, equal: [node]), so one lost GPU pages once, as "Node failing" with its
+        finding and action, not once per rule."""
+        ranks = [-1]
+        for rule in node_rules:
+            if rule.metric not in INHIBITING:
+                continue
+            key = (rule.id, node, None)
+            proposal = out.get(key)
+            if proposal is not None:
+                firing = CHANGES[proposal.change][1] == FIRING
+            else:
+                st = self._active.get(key)
+                firing = st is not None and st.status == FIRING
+            if firing:
+                ranks.append(SEVERITY_RANK[rule.severity])
+        return max(ranks)
+
+    def _when_true(self, rule: CompiledRule, key, value, now, out, detail: str = "", inhibited: bool = False):
+        """``detail``: what the value stands for (node.health's finding, an Xid, with the action), ends the reason.
+        ``inhibited``: a node-level alert firing on the node stands for this one (_inhibiting): it notifies not."""
         st = self._active.get(key)
+        if st is not None:
+            st.clear_since = None
         described = rule.describe(value)
+        muted = inhibited or self._silenced(key, now)
         if st is None:
             if rule.for_seconds <= 0:
                 reason = described + detail
-                out[key] = Proposal(key, "fire_now", value, reason, notify=not self._silenced(key, now))
+                out[key] = Proposal(key, "fire_now", value, reason, notify=not muted)
             else:
                 out[key] = Proposal(key, "start", value, described + detail)
         elif st.status == PENDING:
             held = now - st.since
             if held >= rule.for_seconds:
                 reason = f"{described}, held {held:.0f} s{detail}"
-                out[key] = Proposal(key, "fire", value, reason, notify=not self._silenced(key, now), since=st.since)
-        elif not self._silenced(key, now):
+                out[key] = Proposal(key, "fire", value, reason, notify=not muted, since=st.since)
+        elif not muted:
             if not st.notified:
-                reason = f"{described}, no longer silenced{detail}"
+                reason = f"{described}, no longer silenced or inhibited{detail}"
                 out[key] = Proposal(key, "renotify", value, reason, True, st.since)
             elif st.last_notified is None or now - st.last_notified >= rule.repeat_interval:
                 reason = f"{described}, still firing after {now - st.since:.0f} s{detail}"
                 out[key] = Proposal(key, "repeat", value, reason, True, st.since, rule.repeat_interval)
 
-    def _when_false(self, rule: CompiledRule, key, value, out, detail: str = ""):
+    def _when_false(self, rule: CompiledRule, key, value, now, out, detail: str = ""):
         st = self._active.get(key)
         if st is None:
             return
@@ -294,8 +357,17 @@ class AlertEvaluator:
         if st.status == PENDING:
             reason = f"{described}: condition false before its `for` elapsed{detail}"
             out[key] = Proposal(key, "reset", value, reason, since=st.since)
+            return
+        if rule.keep_firing_for > 0:
+            # Held firing, as Prometheus' keep_firing_for: a condition that flaps is one alert.
+            if st.clear_since is None:
+                st.clear_since = now
+            if now - st.clear_since < rule.keep_firing_for:
+                return
+            reason = f"{described}: back to normal for {now - st.clear_since:.0f} s{detail}"
         else:
-            out[key] = Proposal(key, "resolve", value, f"{described}: back to normal{detail}", st.notified, st.since)
+            reason = f"{described}: back to normal{detail}"
+        out[key] = Proposal(key, "resolve", value, reason, st.notified, st.since)
 
     def _silenced(self, key, now: float) -> bool:
         rule_id, node, gpu = key

@@ -43,6 +43,7 @@ class RuleForm(forms.ModelForm):
             "severity",
             "enabled",
             "repeat_interval",
+            "keep_firing_for",
             "drain",
             "resume_after",
         ]
@@ -51,10 +52,16 @@ class RuleForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         # Only rules that drain use it: left empty, it keeps the default.
         self.fields["resume_after"].required = False
+        # Left empty: the alert resolves as soon as its condition is false.
+        self.fields["keep_firing_for"].required = False
 
     def clean_resume_after(self):
         value = self.cleaned_data["resume_after"]
         return DEFAULT_RESUME_AFTER if value is None else value
+
+    def clean_keep_firing_for(self):
+        value = self.cleaned_data["keep_firing_for"]
+        return 0 if value is None else value
 
     def clean_threshold(self):
         value = self.cleaned_data["threshold"]

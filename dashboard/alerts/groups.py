@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from dashboard.alerts.models import FIRING, PENDING, SEVERITY_RANK, Alert, Rule
 from dashboard.alerts.notices import attach_notices, with_latest_notice
+from dashboard.alerts.reasons import attach_reasons, with_reason
 
 GROUP_ROWS = 50
 ACTIVE = (PENDING, FIRING)
@@ -67,13 +68,13 @@ def rule_groups(paged_rule: int | None = None, page: int = 1) -> list[RuleGroup]
     ranked = Alert.objects.filter(status__in=ACTIVE).annotate(
         row=Window(RowNumber(), partition_by="rule_id", order_by=ROW_ORDER)
     )
-    alerts = list(with_latest_notice(ranked.filter(row__lte=GROUP_ROWS).order_by("rule_id", "row")))
+    alerts = list(with_reason(with_latest_notice(ranked.filter(row__lte=GROUP_ROWS).order_by("rule_id", "row"))))
     paged = groups.get(paged_rule) if paged_rule is not None else None
     if paged is not None:
         paged.page, paged.open = min(max(page, 1), paged.pages), True
         alerts = [a for a in alerts if a.rule_id != paged.rule.id]
         paged_rows = Alert.objects.filter(status__in=ACTIVE, rule=paged.rule).order_by(*ROW_ORDER)
-        alerts += with_latest_notice(paged_rows)[paged.first - 1:paged.last]
+        alerts += with_reason(with_latest_notice(paged_rows))[paged.first - 1:paged.last]
     for alert in alerts:
         group = groups.get(alert.rule_id)
         if group is None:  # its rule began firing between the two queries: it shows at the next refresh
@@ -81,4 +82,5 @@ def rule_groups(paged_rule: int | None = None, page: int = 1) -> list[RuleGroup]
         alert.rule, alert.age = group.rule, now - alert.status_since
         group.alerts.append(alert)
     attach_notices([a for g in groups.values() for a in g.alerts if a.status == FIRING])
+    attach_reasons([a for g in groups.values() for a in g.alerts])
     return sorted(groups.values(), key=lambda g: (-SEVERITY_RANK.get(g.rule.severity, 0), g.rule.name))

@@ -46,6 +46,8 @@ RULE_METRICS = (
     RuleMetric("gpu.mem_used_pct", "GPU memory used", "%"),
     RuleMetric("gpu.ecc_uncorrected", "uncorrected ECC errors"),
     RuleMetric("gpu.xid", "XID error code", legend="0 = none"),
+    RuleMetric("gpu.xid_severity", "Xid severity by NVIDIA's catalogue",
+               legend="0 none, 1 restart the application, 2 reset, reboot or replace the GPU"),
     RuleMetric("gpu.lost", "GPU lost / fallen off the bus", legend="1 = lost", flag=True),
     RuleMetric("gpu.throttle", "throttle reason present", legend="1 = present", flag=True),
     RuleMetric("node.down", "node down: latest sample expired", legend="1 = down", flag=True),
@@ -68,6 +70,7 @@ SEVERITIES = ("info", "warning", "critical")
 # Seconds a drained node's alert must stay resolved before gpulse resumes it.
 DEFAULT_RESUME_AFTER = 600
 MAX_RESUME_AFTER = 7 * 24 * 3600
+MAX_KEEP_FIRING_FOR = 24 * 3600
 SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 
 INACTIVE, PENDING, FIRING, RESOLVED = "inactive", "pending", "firing", "resolved"
@@ -117,6 +120,12 @@ class Rule(models.Model):
         default=False,
         help_text="Drain the node in Slurm while this fires (needs GPULSE_SLURM_DRAIN=true); "
         "a GPU-level rule drains the GPU's node.",
+    )
+    keep_firing_for = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_KEEP_FIRING_FOR)],
+        help_text="Seconds a firing alert stays firing after its condition turns false, as Prometheus' "
+        "keep_firing_for: a flapping condition is one alert, not a firing and a resolution each flap.",
     )
     resume_after = models.PositiveIntegerField(
         default=DEFAULT_RESUME_AFTER,
@@ -308,3 +317,14 @@ class DeliveryAttempt(models.Model):
 
     def __str__(self):
         return f"{self.endpoint} {self.kind} #{self.attempt}: {self.status_code or self.error}"
+
+
+class RulesGeneration(models.Model):
+    """One row, bumped whenever a rule or a silence changes (dashboard/alerts/generation.py): the alert
+    evaluator reads it every tick and reloads its rules and silences when it moved, so an edit takes
+    effect at the next tick, not at the next timed reload."""
+
+    value = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self):
+        return f"rules generation {self.value}"

@@ -5,28 +5,28 @@ benchmark control: receivers that trickle or never answer hold webhook
 threads only. dispatch claims a transition (compare-and-set on
 ``processed``), so a duplicated or redelivered message sends nothing twice,
 then queues one ``deliver`` per endpoint. A delivery whose endpoint already
-has its cap of attempts in flight re-queues itself instead of waiting: one
-slow receiver holds at most GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY threads and
-the other endpoints' deliveries keep flowing.
+has its cap of attempts in flight joins the endpoint's line and ends, holding
+no thread (dashboard/alerts/leases.py): the attempt that frees a slot queues
+the first in line again. So one slow receiver holds at most
+GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY threads, the other endpoints' deliveries
+keep flowing, and a busy endpoint's deliveries wait without polling.
 """
 
 import logging
 import random
+from collections.abc import Callable
 
 from django.conf import settings
 from django.utils import timezone
 
-from dashboard.alerts import delivery
+from dashboard.alerts import delivery, leases
 from dashboard.alerts.formats import Event
-from dashboard.alerts.leases import endpoint_slot
 from dashboard.alerts.models import DeliveryAttempt, Transition, WebhookEndpoint
 from workers.celery_app import WEBHOOK_QUEUE, app
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 300.0
-# Seconds before a delivery that found its endpoint at its cap looks again.
-SLOT_WAIT = 0.5
 # Outcomes after which no attempt of the same delivery follows.
 FINAL = (DeliveryAttempt.OK, DeliveryAttempt.FAILED, DeliveryAttempt.GAVE_UP)
 
@@ -58,6 +58,28 @@ def dispatch(transition_id: int) -> int:
     return len(endpoints)
 
 
+def waiter(transition_id: int, number: int) -> str:
+    """How attempt ``number`` of a transition stands in its endpoint's line."""
+    return f"{transition_id}:{number}"
+
+
+def _call_waiter(endpoint_id: int) -> Callable[[str], None]:
+    def call(first: str) -> None:
+        transition_id, number = (int(part) for part in first.split(":"))
+        deliver.apply_async((transition_id, endpoint_id, number))
+
+    return call
+
+
+@app.task(name="gpulse.alerts.look_again", queue=WEBHOOK_QUEUE, ignore_result=True)
+def look_again(transition_id: int, endpoint_id: int, number: int) -> str:
+    """Deliver attempt ``number`` that waits in its endpoint's line, in case no freed slot called it
+    (one whose lease ran out calls nobody); nothing to do where one already did."""
+    if not leases.leave_line(endpoint_id, waiter(transition_id, number)):
+        return "called"
+    return deliver(transition_id, endpoint_id, number)
+
+
 @app.task(name="gpulse.alerts.deliver", queue=WEBHOOK_QUEUE, ignore_result=True)
 def deliver(transition_id: int, endpoint_id: int, number: int = 1) -> str:
     """Make attempt ``number`` once the endpoint has a free slot; queue the next one on a temporary failure."""
@@ -76,10 +98,10 @@ def deliver(transition_id: int, endpoint_id: int, number: int = 1) -> str:
                     endpoint.name, transition_id)
         return "done"
     last = number >= max_attempts()
-    with endpoint_slot(endpoint.id) as held:
+    with leases.endpoint_slot(endpoint.id, waiter(transition_id, number), _call_waiter(endpoint.id)) as held:
         if not held:
-            # Not an attempt: look again shortly, leaving this thread to other endpoints.
-            deliver.apply_async((transition_id, endpoint_id, number), countdown=SLOT_WAIT * random.uniform(1, 2))
+            # Not an attempt: in the endpoint's line, leaving this thread to other endpoints.
+            look_again.apply_async((transition_id, endpoint_id, number), countdown=leases.lease_seconds())
             return "busy"
         logged = delivery.attempt(endpoint, Event.from_transition(transition), number, transition, last=last)
     if logged.outcome == DeliveryAttempt.RETRY:

@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.accounts.audit import audit
-from dashboard.alerts import delivery, words
+from dashboard.alerts import delivery, generation, words
 from dashboard.alerts.access import RULES, SILENCES, WEBHOOKS
 from dashboard.alerts.formats import Event
 from dashboard.alerts.groups import rule_groups
@@ -23,7 +23,7 @@ from dashboard.alerts.models import (
     WebhookEndpoint,
 )
 from dashboard.alerts.pages import ModelPages, confirm, count, require
-from dashboard.alerts.templatetags.node_alerts import node_alerts
+from dashboard.alerts.templatetags.node_alerts import node_alerts_data
 
 HISTORY_ROWS = 100
 LOG_ROWS = 50
@@ -57,7 +57,7 @@ def alert_list(request):
 def node_panel(request, node: str):
     """The node page's Alerts section alone, as the page renders it: node-alerts.js fetches it
     again every few seconds, so alerts that fire or resolve show without a reload."""
-    return render(request, "alerts/_node_alerts.html", node_alerts(node))
+    return render(request, "alerts/_node_alerts.html", node_alerts_data(node))
 
 
 class SilencePages(ModelPages):
@@ -92,6 +92,7 @@ def silence_expire(request, pk):
         question = f"Expire the silence of {silence.scope_text()}?"
         return confirm(request, question, [ends], "Expire silence", "alerts:list")
     if Silence.objects.filter(pk=pk, until__gt=timezone.now()).update(until=timezone.now()):
+        generation.bump()  # an update sends no signal: tell the evaluator here
         audit(request, "silence.expire", f"silence {pk}")
     messages.success(request, "Silence expired.")
     return redirect("alerts:list")

@@ -43,6 +43,8 @@ def summary(rule: Rule) -> str:
     """Return the whole rule in a sentence or two, for its page."""
     text = (f"Fires when {condition(rule)} on {rule.scope_text()}, {rule.severity}; "
             f"notifies again every {span(rule.repeat_interval)} while firing")
+    if rule.keep_firing_for:
+        text += f"; stays firing until the condition has been false for {span(rule.keep_firing_for)}"
     if rule.drain:
         text += f"; drains the node, and resumes it once resolved for {span(rule.resume_after)}"
     return text + ("." if rule.enabled else ". Disabled.")

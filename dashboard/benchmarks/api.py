@@ -32,6 +32,7 @@ def job_json(job: BenchmarkJob) -> dict:
         "nodes": job.nodes,
         "ranks_per_node": job.ranks_per_node,
         "backend": job.backend,
+        "backend_ran": job.backend_ran,
         "dtype": job.dtype,
         "min_bytes": job.min_bytes,
         "max_bytes": job.max_bytes,
@@ -42,6 +43,7 @@ def job_json(job: BenchmarkJob) -> dict:
         "duration_s": job.duration,
         "avg_busbw": job.avg_busbw,
         "peak_busbw": job.peak_busbw,
+        "busbw_largest": job.busbw_largest,
         "result": job.result,
     }
 
@@ -79,7 +81,7 @@ def job_list(request):
     outcome = launch(request.user, form.cleaned_data)
     if isinstance(outcome, Refusal):
         return refusal_response(outcome)
-    audit(request, "benchmark.launch", f"job {outcome.pk}", nodes=outcome.nodes)
+    audit(request, "benchmark.launch", f"job {outcome.pk}", nodes=outcome.nodes, held=form.held)
     response = JsonResponse({"id": outcome.pk, "status": outcome.status}, status=202)
     response["Location"] = reverse("benchmarks-api:detail", args=[outcome.pk])
     return response

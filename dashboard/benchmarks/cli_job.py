@@ -21,6 +21,7 @@ def launch_job(options: dict) -> BenchmarkJob:
         "dtype": options["dtype"], "min_bytes": str(options["min_bytes"]), "max_bytes": str(options["max_bytes"]),
         "step_factor": options["factor"], "warmup_iters": options["warmup"], "iters": options["iters"],
         "correctness_check": not options["no_check"], "timeout_seconds": int(options["timeout"]),
+        "confirm_held": options["confirm_held"],
     })
     if not form.is_valid():
         problems = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from dashboard.benchmarks.holders import held_nodes, holders
 from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.tasks import finish, start_job
 from dashboard.live.cluster import read_cluster
@@ -70,11 +71,15 @@ class LaunchForm(forms.Form):
     iters = forms.IntegerField(min_value=1, max_value=MAX_ITERS, initial=20)
     correctness_check = forms.BooleanField(required=False, initial=True, label="Check results (#wrong)")
     timeout_seconds = forms.IntegerField(min_value=MIN_TIMEOUT_S, max_value=MAX_TIMEOUT, initial=300)
+    confirm_held = forms.BooleanField(
+        required=False, label="Launch onto nodes a job holds",
+        help_text="the benchmark then shares their GPUs with that work: it slows the job and measures less")
 
     def __init__(self, *args, cluster: list[dict] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.cluster = {n["node"]: n for n in (cluster if cluster is not None else read_cluster())}
         self.fields["nodes"].choices = [(name, name) for name, n in self.cluster.items() if n["status"] == "up"]
+        self.held: dict[str, str] = {}  # the chosen nodes someone holds, with who, once the form is valid
 
     def clean_nodes(self):
         nodes = self.cleaned_data["nodes"]
@@ -86,7 +91,15 @@ class LaunchForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        confirmed = data.pop("confirm_held", False)  # a question to the person, not part of the job
         if self.errors:
+            return data
+        self.held = held_nodes(self.cluster, data["nodes"])
+        if self.held and not confirmed:
+            who = "; ".join(f"{name}: {holder}" for name, holder in self.held.items())
+            self.add_error("confirm_held", f"a job holds GPUs of the chosen nodes ({who}): choose other nodes,"
+                                           " or confirm launching onto them (the box under the nodes;"
+                                           " confirm_held in the API)")
             return data
         if not data.get("ranks_per_node"):
             gpus = min(len(self.cluster[name]["gpus"]) for name in data["nodes"])
@@ -116,6 +129,7 @@ class NodeChoice:
     gpus: int
     reason: str  # why it cannot take a job now ("no worker", "running job 12"); empty when it can
     checked: bool
+    held_by: list[str]  # who holds its GPUs now, most GPUs first (holders.holders()); empty when nobody does
 
 
 def busy_nodes() -> dict[str, int]:
@@ -138,7 +152,8 @@ def node_picker(form: LaunchForm) -> list[NodeChoice]:
 
     def choice(name: str) -> NodeChoice:
         reason = f"running job {busy[name]}" if name in busy else "no worker" if name in absent else ""
-        return NodeChoice(name, len(form.cluster[name]["gpus"]), reason, name in wanted and not reason)
+        gpus = form.cluster[name]["gpus"]
+        return NodeChoice(name, len(gpus), reason, name in wanted and not reason, holders(gpus))
 
     # A stable sort: the others keep the cluster's order, by name.
     return sorted(map(choice, names), key=lambda c: wanted.index(c.name) if c.checked else len(wanted))

@@ -9,6 +9,22 @@ LAUNCH_PERMISSION = "benchmarks.launch_benchmark"
 CANCEL_ANY_PERMISSION = "benchmarks.cancel_any_benchmark"
 
 
+def busbw_at_largest(rows: list[dict]) -> dict | None:
+    """Return the one throughput figure every page quotes for a sweep, with its companion.
+
+    ``{"size", "out_of_place", "in_place"}``: busbw (GB/s) at the largest
+    message size, out-of-place first as nccl-tests prints it. Out-of-place is
+    the figure shown, trended and compared (a page that showed the larger of
+    the two, or the in-place one, disagreed with the compare page); in-place
+    is shown beside it. None without rows; a placement not measured is None.
+    """
+    if not rows:
+        return None
+    largest = max(row["size"] for row in rows)
+    at_largest = {row["inplace"]: row["busbw"] for row in rows if row["size"] == largest}
+    return {"size": largest, "out_of_place": at_largest.get(False), "in_place": at_largest.get(True)}
+
+
 class BenchmarkJobQuerySet(models.QuerySet):
     def active(self):
         return self.filter(status__in=ACTIVE)
@@ -48,7 +64,8 @@ class BenchmarkJob(models.Model):
     rendezvous = models.CharField(max_length=300, blank=True, help_text="address:port of the ranks' store")
     result = models.JSONField(null=True, blank=True, help_text="rows, world size, versions as the engine reports them")
     avg_busbw = models.FloatField(null=True, blank=True, help_text="GB/s, nccl-tests' '# Avg bus bandwidth'")
-    peak_busbw = models.FloatField(null=True, blank=True, help_text="GB/s at the largest message size")
+    peak_busbw = models.FloatField(null=True, blank=True,
+                                   help_text="GB/s, out-of-place busbw at the largest message size")
 
     objects = BenchmarkJobQuerySet.as_manager()
 
@@ -69,6 +86,11 @@ class BenchmarkJob(models.Model):
     def size_count(self) -> int:
         """How many message sizes the sweep measures (each out-of-place, then in-place)."""
         return len(sweep_sizes(self.min_bytes, self.max_bytes, self.step_factor, DTYPES[self.dtype].itemsize))
+
+    @property
+    def busbw_largest(self) -> dict | None:
+        """The job's throughput figure from its result's rows (busbw_at_largest), None until it has one."""
+        return busbw_at_largest((self.result or {}).get("rows") or [])
 
     @property
     def backend_ran(self) -> str | None:

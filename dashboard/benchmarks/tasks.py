@@ -4,7 +4,7 @@ import logging
 
 from django.utils import timezone
 
-from dashboard.benchmarks.models import BenchmarkJob
+from dashboard.benchmarks.models import BenchmarkJob, busbw_at_largest
 from dashboard.benchmarks.outcome import decide, read_progress
 from dashboard.benchmarks.rendezvous import choose_rendezvous
 from dashboard.redis_client import redis_client
@@ -100,14 +100,14 @@ def record(job: BenchmarkJob, reports: dict) -> str:
     """End the job as succeeded with its first node's (rank 0's) rows, validated by read_progress."""
     head = reports[job.nodes[0]]["result"]
     rows = head["rows"]
-    largest = max((r["size"] for r in rows), default=None)
+    largest = busbw_at_largest(rows)
     return finish(job, JobStatus.SUCCEEDED, "", result={
         "world_size": len(job.nodes) * job.ranks_per_node,
         "rows": rows,
         "versions": {node: r["result"].get("versions", {}) for node, r in reports.items()},
         "backend": head["spec"]["backend"],
     }, avg_busbw=avg_busbw([Row(**r) for r in rows]) if rows else None,
-        peak_busbw=max((r["busbw"] for r in rows if r["size"] == largest), default=None))
+        peak_busbw=largest and largest["out_of_place"])
 
 
 def finish(job: BenchmarkJob, status: str, reason: str, **result) -> str:

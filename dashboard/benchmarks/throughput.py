@@ -11,7 +11,11 @@ from workers.job_status import JobStatus
 
 def job_throughput(recent: int = 50) -> dict:
     """Return the bandwidth recent jobs measured per node set (newest first, with
-    the previous run's figure as the trend), and the job counters."""
+    the previous run's figure as the trend), and the job counters.
+
+    The bandwidth is the out-of-place busbw at the job's largest message size
+    (``busbw``), its in-place figure beside it (``inplace_busbw``), at ``size`` bytes.
+    """
     now = timezone.now()
     hour_ago = now - dt.timedelta(hours=1)
     counts = BenchmarkJob.objects.aggregate(
@@ -27,13 +31,18 @@ def job_throughput(recent: int = 50) -> dict:
     by_nodes: dict[str, dict] = {}
     done = BenchmarkJob.objects.filter(status=JobStatus.SUCCEEDED, peak_busbw__isnull=False).order_by("-finished")
     for job in done[:recent]:
+        # The figure of busbw_at_largest, from the rows, as the job's page and the compare page show it.
+        largest = job.busbw_largest
+        if largest is None or largest["out_of_place"] is None:
+            continue
         key = ",".join(job.nodes)
         entry = by_nodes.get(key)
         if entry is None:
-            by_nodes[key] = {"nodes": key, "job": job.pk, "busbw": job.peak_busbw, "previous": None,
+            by_nodes[key] = {"nodes": key, "job": job.pk, "busbw": largest["out_of_place"],
+                             "inplace_busbw": largest["in_place"], "size": largest["size"], "previous": None,
                              "finished": job.finished.isoformat()}
-        elif entry["previous"] is None:
-            entry["previous"] = job.peak_busbw
+        elif entry["previous"] is None and largest["size"] == entry["size"]:  # a trend compares like sizes
+            entry["previous"] = largest["out_of_place"]
     return {
         **counts,
         "mean_duration_s": duration.total_seconds() if duration else None,

@@ -27,15 +27,17 @@ def job_list(request):
         if form.is_valid():
             outcome = launch(request.user, form.cleaned_data)
             if isinstance(outcome, BenchmarkJob):
-                audit(request, "benchmark.launch", f"job {outcome.pk}", nodes=outcome.nodes)
+                audit(request, "benchmark.launch", f"job {outcome.pk}", nodes=outcome.nodes, held=form.held)
                 return redirect("benchmarks:detail", pk=outcome.pk)
             form.add_error(outcome.field, outcome.message)
             status = outcome.status
         else:
             status = 400
+    picker = node_picker(form) if form else None
     context = {
         "form": form,
-        "picker": node_picker(form) if form else None,
+        "picker": picker,
+        "held_in_picker": any(choice.held_by for choice in picker or []),
         "jobs": BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS],
         "throughput": job_throughput(),
     }

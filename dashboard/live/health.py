@@ -56,7 +56,8 @@ def check_ingest(beat: dict | None) -> tuple[bool, str]:
         return False, f"stalled: last tick {age:.0f} s ago"
     outage = beat.get("database")
     if outage:
-        return False, f"database unreachable for {time.time() - outage['since']:.0f} s: {outage['error']}"
+        log.warning("healthz: ingest reports the database unreachable: %s", outage["error"])
+        return False, f"database unreachable for {time.time() - outage['since']:.0f} s"
     lag = beat.get("lag_max")
     if lag is not None and lag > limit:
         return False, f"lagging: samples waited {lag:.1f} s on the stream before their frame"
@@ -72,7 +73,8 @@ def check_alerts(beat: dict | None) -> tuple[bool, str]:
     if alerts is None:  # an ingest run without an evaluator (tests, tools)
         return True, "not evaluated by this ingest"
     if not alerts["ok"]:
-        return False, f"failing since {time.time() - alerts['failing_since']:.0f} s: {alerts['error']}"
+        log.warning("healthz: ingest reports alert evaluation failing: %s", alerts["error"])
+        return False, f"failing since {time.time() - alerts['failing_since']:.0f} s"
     return True, f"ok: {alerts['proposals_failed']} proposals failed"
 
 

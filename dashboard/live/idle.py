@@ -8,13 +8,16 @@ listed), and writes it to Redis (Keys().idle_allocations) when it changed.
 ingest resumes it from the list the previous one wrote (resume(), for the
 MAX_LISTED longest idle): a GPU still idle with the same owner in its node's
 first sample keeps its "since". A down node's GPUs leave the list (they are
-not idle "now": nobody knows).
+not idle "now": nobody knows). The list holds every idle GPU; the KPI and the
+usage page count one only once it has been idle GPULSE_IDLE_MIN_SECONDS
+(idle_long_enough).
 """
 
 import logging
 import math
 
 import orjson
+from django.conf import settings
 
 from dashboard.live.frames import FLAG_IDLE
 from gpulse.usage import owner
@@ -24,8 +27,21 @@ MAX_LISTED = 1000  # the key is rewritten on a change: bound what one write carr
 log = logging.getLogger("gpulse.ingest")
 
 
+def idle_long_enough(since: float, now: float, min_seconds: float) -> bool:
+    """Whether a GPU idle since ``since`` counts as an idle allocation at ``now``.
+
+    A job's checkpoint or data-loading dip leaves its GPUs near 0 % for seconds:
+    counted at once, they made the usage page list dozens of GPUs "idle" for
+    3-16 s and the overview's KPI swing with each dip. Only a GPU idle with the
+    same owner for GPULSE_IDLE_MIN_SECONDS counts; the list still holds the
+    others, so their times are there when they pass it.
+    """
+    return now - since >= min_seconds
+
+
 class IdleAllocations:
-    def __init__(self):
+    def __init__(self, min_seconds: float | None = None):
+        self.min_seconds = settings.GPULSE_IDLE_MIN_SECONDS if min_seconds is None else min_seconds
         # node -> GPU index -> (since, user, job, pod, model)
         self.entries: dict[str, dict[int, tuple[float, str, str, str, str]]] = {}
         self.changed = True  # the first write replaces what an earlier ingest left
@@ -82,11 +98,13 @@ class IdleAllocations:
         if self.entries.pop(node, None):
             self.changed = True
 
-    def by_model(self) -> dict[str, int]:
+    def by_model(self, now: float) -> dict[str, int]:
+        """The GPUs idle at least min_seconds at ``now``, per GPU model (the KPI's count and cost)."""
         counts: dict[str, int] = {}
         for listed in self.entries.values():
             for entry in listed.values():
-                counts[entry[4]] = counts.get(entry[4], 0) + 1
+                if idle_long_enough(entry[0], now, self.min_seconds):
+                    counts[entry[4]] = counts.get(entry[4], 0) + 1
         return counts
 
     def record(self) -> bytes:

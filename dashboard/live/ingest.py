@@ -75,6 +75,10 @@ GC_THRESHOLDS = (50_000, 20, 100)
 # RECENT_POINTS minus as many, so it never holds more than RECENT_POINTS: at
 # 1,000 nodes an LTRIM per push was nearly half of each tick's Redis commands.
 RECENT_TRIM_EVERY = 10
+# A node's stream likewise, to TELEMETRY_MAXLEN, on every this-many of its samples, and
+# at once when a read took more than one entry of it (a node flooding its stream, or a
+# backlog): an XTRIM per sample was 1,000 commands a tick.
+STREAM_TRIM_EVERY = 10
 # Nodes and consumers unseen for their configured time are forgotten, checked this often.
 PRUNE_EVERY = 60.0
 DEFAULT_FORGET_NODES_AFTER = 7 * 86400.0
@@ -149,6 +153,7 @@ class Ingest:
         self.health_changes = HealthChangeQueue()
         self.sampled: set[str] = set()
         self.pushes: dict[str, int] = {}  # node -> recent points pushed, to trim every RECENT_TRIM_EVERY
+        self.flooded: set[str] = set()  # nodes whose stream gave more than one entry in a read since the frame
         self.burst_started = 0.0  # when the first sample since the last frame with samples arrived
         self.last_frame = 0.0
         self.last_data_frame = 0.0
@@ -258,22 +263,23 @@ class Ingest:
             else:
                 self.health.restore(name, record, node.status == DOWN)
 
-    def read(self, block_ms: int | None) -> int:
-        """Read what is new on the streams (one batch each; block_ms None: do not wait); return how many
-        entries came."""
+    def read(self, block_ms: int | None, nodes: list[str] | None = None) -> int:
+        """Read what is new on the streams (one batch each; block_ms None: do not wait), or on ``nodes``'
+        streams only; return how many entries came."""
         if not self.group_ready:
             self.ensure_group()
         elif time.monotonic() - self.last_discovery >= self.discover_every:
             self.discover()
-        if not self.streams:
+        streams = self.streams if nodes is None else {name: self.streams[name] for name in nodes
+                                                      if name in self.streams}
+        if not streams:
             if block_ms:
                 time.sleep(block_ms / 1000)
             self.state.catching_up = False
             return 0
         try:
             reply = self.redis.xreadgroup(
-                INGEST_GROUP, self.consumer, dict.fromkeys(self.streams.values(), ">"), count=READ_BATCH,
-                block=block_ms,
+                INGEST_GROUP, self.consumer, dict.fromkeys(streams.values(), ">"), count=READ_BATCH, block=block_ms,
             )
         except redis.ResponseError as exc:
             if "NOGROUP" in str(exc):  # Redis restarted empty: the streams and groups are gone
@@ -328,6 +334,8 @@ class Ingest:
         to the others: an entry left pending would be reclaimed and fail again, forever.
         """
         node = self.keys.telemetry_node(stream)
+        if len(entries) > 1 and node is not None:
+            self.flooded.add(node)  # or a backlog after an outage: trimmed this tick either way
         try:
             for entry_id, fields in entries:
                 if fields is None:  # trimmed away by MAXLEN before we got to it
@@ -458,10 +466,13 @@ class Ingest:
     def step(self) -> None:
         """Read one batch; send a frame when a burst of samples is over or a tick has passed."""
         if self.sampled:
-            got = self.read(None)
+            # Within a burst, only the streams of the nodes still due: an XREADGROUP costs for every
+            # stream it names (~4 ms at 1,000), and a burst takes a few. The read between bursts names
+            # them all, so what another node sent waits at most for the end of this burst.
+            got = self.read(None, self._due(self.clock()))
             if not got and self._burst_open(self.clock(), got):  # nodes still due: give them a moment
                 time.sleep(BURST_GAP)
-                got = self.read(None)
+                got = self.read(None, self._due(self.clock()))
         else:
             got = self.read(IDLE_BLOCK_MS)
         now = self.clock()
@@ -492,9 +503,12 @@ class Ingest:
             return False
         if got:
             return True
-        # A node is due when its newest sample is an interval old, held back or not:
-        # samples held over from the last tick must not pass for this tick's burst.
-        return any(node.status == UP and node.ts + node.interval <= now for node in self.state.nodes.values())
+        return bool(self._due(now))
+
+    def _due(self, now: float) -> list[str]:
+        """The nodes whose next sample is due: up, their newest sample an interval old, held back or not
+        (samples held over from the last tick must not pass for this tick's burst)."""
+        return [name for name, node in self.state.nodes.items() if node.status == UP and node.ts + node.interval <= now]
 
     def emit(self, now: float) -> None:
         changed = self.state.refresh_statuses(now)
@@ -535,15 +549,16 @@ class Ingest:
             pipe.hset(self.keys.health, mapping={name: orjson.dumps(health[name].record()) for name in health_changed})
         pushes = self.pushes
         streams = self.streams
+        flooded, self.flooded = self.flooded, set()
         for name in self.sampled:
-            if name in streams:
-                # The node's collector asks for this cap; one that leaves it out floods only its own
-                # stream, and only until here.
+            # The first push trims too: a restarted ingest may find a longer list, or stream.
+            count = pushes[name] = pushes.get(name, -1) + 1
+            if name in streams and (count % STREAM_TRIM_EVERY == 0 or name in flooded):
+                # The node's collector asks for this cap; one that leaves it out and writes more than
+                # a sample a read floods only its own stream, and only until here.
                 pipe.xtrim(streams[name], maxlen=TELEMETRY_MAXLEN, approximate=True)
             key = self.keys.recent(name)
             pipe.lpush(key, orjson.dumps([nodes[name].ts, self.frames.rows_of(name)]))
-            # The first push trims too: a restarted ingest may find a longer list.
-            count = pushes[name] = pushes.get(name, -1) + 1
             if count % RECENT_TRIM_EVERY == 0:
                 pipe.ltrim(key, 0, RECENT_POINTS - RECENT_TRIM_EVERY - 1)
         if self.idle.changed:
@@ -569,7 +584,7 @@ class Ingest:
             self.health_changes.write()
             if self.evaluator is not None:
                 self.evaluator.evaluate(self.state, now, probes=self.probes.busbw(), health=self.health.nodes)
-            self.latest_summary = self.summary(self.idle.by_model() if self.usage_accounting else None)
+            self.latest_summary = self.summary(self.idle.by_model(now) if self.usage_accounting else None)
             if now >= self.next_flush:
                 usage = now >= self.next_usage_flush
                 self.flush_rollups(usage=usage)

@@ -17,6 +17,9 @@ from dashboard.scheduler.slurm import gpulse_reason
 
 log = logging.getLogger(__name__)
 
+# Records whose drain is on its way or holds: a node with one needs no other.
+OPEN = (DrainRecord.PENDING, DrainRecord.DRAINED)
+
 
 @dataclass(frozen=True)
 class Fired:
@@ -32,7 +35,16 @@ def enabled() -> bool:
 
 
 def record_firings(fired: list[Fired]) -> list[int]:
-    """Create a pending drain record per firing of a drain rule; return their ids."""
+    """Create a pending drain record per node a drain rule fired on; return their ids.
+
+    One record, so one scontrol call, per node: an Xid on 8 GPUs drains the node once, and a
+    node that already has a pending or drained record gets none (its drain holds; the resume
+    waits for every drain alert on the node, dashboard/scheduler/tasks.resume_due)."""
+    first: dict[str, Fired] = {}
+    for f in fired:
+        if f.rule.drain:
+            first.setdefault(f.node, f)
+    held = set(DrainRecord.objects.filter(node__in=list(first), state__in=OPEN).values_list("node", flat=True))
     rows = [
         DrainRecord(
             node=f.node,
@@ -41,8 +53,8 @@ def record_firings(fired: list[Fired]) -> list[int]:
             alert_id=f.alert_id,
             reason=gpulse_reason(f"{f.rule.name}{'' if f.gpu is None else f' on GPU {f.gpu}'}: {f.reason}"),
         )
-        for f in fired
-        if f.rule.drain
+        for node, f in first.items()
+        if node not in held
     ]
     return [row.pk for row in DrainRecord.objects.bulk_create(rows)]
 

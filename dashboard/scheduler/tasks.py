@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from dashboard.accounts.audit import audit
 from dashboard.alerts.models import DEFAULT_RESUME_AFTER, FIRING, Alert
-from dashboard.scheduler import slurm
+from dashboard.scheduler import limits, slurm
 from dashboard.scheduler.models import DrainRecord
 from workers.celery_app import SCHEDULER_QUEUE, app
 
@@ -36,6 +36,8 @@ ACTOR = "gpulse"
 # Longest countdown a resume task waits before it looks again: far below the
 # broker's visibility timeout, so a long resume_after is never delivered twice.
 MAX_WAIT = 300.0
+# How the error of a drain held back by a rate limit begins (dashboard/scheduler/limits.py).
+WAITING = "waiting"
 
 
 def backoff(attempt: int) -> float:
@@ -60,9 +62,12 @@ def drain(record_id: int) -> str:
     if not claimed:
         return "not pending"
     record = DrainRecord.objects.select_related("alert").get(id=record_id)
-    if record.alert is None or record.alert.status != FIRING:
+    if not _drain_alert_fires(record):
         _finish(record, DrainRecord.CANCELLED, "the alert resolved before the node was drained: nothing done")
         return record.state
+    wait = limits.drain_wait(record, timezone.now())
+    if wait is not None:
+        return _drain_waits(record, wait)
     try:
         node = slurm.show_node(record.node)
         if node.drained and not node.drained_by_gpulse:
@@ -78,6 +83,28 @@ def drain(record_id: int) -> str:
             drained_at=timezone.now())
     log.info("drained %s in Slurm: %s", record.node, record.reason)
     return record.state
+
+
+def _drain_alerts(node: str, alert_ids: list[int]) -> Q:
+    """The alerts that keep ``node`` drained: those of its records, and any firing drain rule's on it
+    (a node gets one record however many drain alerts fire on it: hooks.record_firings)."""
+    return Q(id__in=alert_ids) | Q(rule__drain=True, rule__enabled=True, node=node)
+
+
+def _drain_alert_fires(record: DrainRecord) -> bool:
+    ids = [] if record.alert_id is None else [record.alert_id]
+    return Alert.objects.filter(_drain_alerts(record.node, ids), status=FIRING).exists()
+
+
+def _drain_waits(record: DrainRecord, wait: limits.Wait) -> str:
+    """Keep the record pending, not counting an attempt, and look again when the limit allows."""
+    message = f"{WAITING} {wait.seconds:.0f} s: {wait.why}"
+    # One audit row per record, however many times it looks again.
+    audited = None if record.error.startswith(WAITING) else ("node.drain_waiting", {"why": wait.why})
+    _finish(record, DrainRecord.PENDING, message, audited=audited, attempts=record.attempts - 1)
+    log.warning("drain of %s: %s", record.node, message)
+    drain.apply_async((record.pk,), countdown=min(wait.seconds, MAX_WAIT))
+    return "waiting"
 
 
 def _drain_failed(record: DrainRecord, exc: slurm.SlurmError) -> str:
@@ -115,13 +142,13 @@ def schedule_resume(node: str, countdown: float = 0.0, number: int = 1, **option
 
 def resume_due(node: str, records: list[DrainRecord]) -> datetime | None:
     """Return when the node may be resumed, or None while a drain rule still fires on it."""
-    alerts = [r.alert_id for r in records if r.alert_id is not None]
-    if Alert.objects.filter(Q(id__in=alerts) | Q(rule__drain=True, rule__enabled=True), node=node,
-                            status=FIRING).exists():
+    alerts = _drain_alerts(node, [r.alert_id for r in records if r.alert_id is not None])
+    if Alert.objects.filter(alerts, status=FIRING).exists():
         return None
-    resolved = Alert.objects.filter(id__in=alerts).aggregate(last=Max("resolved_at"))["last"]
-    since = max(filter(None, [resolved, *(r.drained_at for r in records)]))
-    wait = max(r.rule.resume_after if r.rule else DEFAULT_RESUME_AFTER for r in records)
+    last = Alert.objects.filter(alerts).aggregate(resolved=Max("resolved_at"), wait=Max("rule__resume_after"))
+    since = max(filter(None, [last["resolved"], *(r.drained_at for r in records)]))
+    # The longest resume_after of the node's drain rules, those that fired on it without a record of their own too.
+    wait = max(last["wait"] or 0, *(r.rule.resume_after if r.rule else DEFAULT_RESUME_AFTER for r in records))
     return since + timedelta(seconds=wait)
 
 

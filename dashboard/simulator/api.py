@@ -24,8 +24,8 @@ def fault(request):
     node, gpu, name = form.cleaned_data["node"], form.cleaned_data["gpu"], form.cleaned_data["fault"]
     try:
         fields = faults.set_fault(node, gpu, name)
-    except faults.UnknownNode as exc:
-        form.add_error("node", str(exc))
+    except faults.FaultRefused as exc:
+        form.add_error(exc.field, str(exc))
         return form_error(form)
     except redis.RedisError as exc:
         return json_error(f"Redis is unreachable, the fault was not set: {exc}", 503)

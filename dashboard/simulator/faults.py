@@ -3,34 +3,90 @@
 Field "<node>" (whole node) or "<node>/<gpu>", value = fault name (gpulse/faults.py);
 "clear" removes the target's fields, and for a whole node also its GPUs' fields.
 Only a node the cluster has seen (ingest's known-nodes hash) takes a fault: one
-on a misspelt name would be listed as active while nothing happens.
+on a misspelt name would be listed as active while nothing happens. So does
+only a fault that can apply to what the node's latest sample shows: a GPU it
+has, NVLink on a GPU that has links. A node without a current sample (down)
+shows nothing to check against, and takes the fault.
 """
 
+from dashboard.live.cluster import read_node
 from dashboard.redis_client import redis_client
+from gpulse.faults import parse_fault
 from gpulse.keys import Keys
+from gpulse.status import DOWN
 
 
-class UnknownNode(ValueError):
+class FaultRefused(ValueError):
+    """The fault cannot be set; ``field`` is the form field it is about."""
+
+    field = "node"
+
+
+class UnknownNode(FaultRefused):
     """The cluster has never seen the named node."""
+
+
+class NoSuchGpu(FaultRefused):
+    """The node's latest sample has no GPU of that index."""
+
+    field = "gpu"
+
+
+class CannotApply(FaultRefused):
+    """The fault does nothing to the target's hardware (NVLink down on a GPU without NVLink)."""
+
+    field = "fault"
+
+
+def _index_range(indexes: list[int]) -> str:
+    """'GPUs 0-7', 'GPU 0' or 'GPUs 0, 2, 5'."""
+    if len(indexes) == 1:
+        return f"GPU {indexes[0]}"
+    if indexes == list(range(indexes[0], indexes[-1] + 1)):
+        return f"GPUs {indexes[0]}-{indexes[-1]}"
+    return "GPUs " + ", ".join(map(str, indexes))
+
+
+def check_applies(node: str, gpu: int | None, fault: str, gpus: list[dict], faulted: set[int]) -> None:
+    """Raise NoSuchGpu or CannotApply unless ``fault`` can apply to the target, judged by the node's
+    latest sample's ``gpus``; ``faulted``: its GPU indexes that carry a fault (a gpu_missing GPU is
+    absent from the sample, and still the node's)."""
+    indexes = sorted({reading["index"] for reading in gpus} | faulted)
+    if gpu is not None and gpu not in indexes:
+        raise NoSuchGpu(f"{node} has {len(indexes)} GPU{'s' if len(indexes) != 1 else ''} ({_index_range(indexes)}):"
+                        f" there is no GPU {gpu}")
+    if parse_fault(fault)[0] == "nvlink_down":
+        # nvlink_links: 0 where the GPU has no NVLink, null where the source cannot tell (then allowed).
+        targets = [reading for reading in gpus if gpu is None or reading["index"] == gpu]
+        if targets and all(reading.get("nvlink_links") == 0 for reading in targets):
+            model = targets[0].get("name") or "GPU"
+            where = f"{node} GPU {gpu}" if gpu is not None else f"{node}'s GPUs"
+            raise CannotApply(f"nvlink_down cannot apply to {where}: the {model} has no NVLink")
 
 
 def set_fault(node: str, gpu: int | None, fault: str) -> list[str]:
     """Apply ``fault`` (or "clear") to the target; return the fields written or removed.
 
     Raise UnknownNode for a node the cluster has never seen, unless ``fault`` is
-    "clear" and faults are left on it (a node ingest has since forgotten).
+    "clear" and faults are left on it (a node ingest has since forgotten); NoSuchGpu
+    or CannotApply for a fault that cannot apply (check_applies).
     """
     keys = Keys()
     key = keys.simulator_faults
     field = node if gpu is None else f"{node}/{gpu}"
     client = redis_client()
     known = client.hexists(keys.known_nodes, node)
+    present = [f.decode() for f in client.hkeys(key)]
     if fault != "clear":
         if not known:
             raise UnknownNode(f"the cluster has never seen a node named {node!r}")
+        view = read_node(node)
+        if view is not None and view["status"] != DOWN:
+            faulted = {int(index) for f in present if f.startswith(f"{node}/")
+                       and (index := f.partition("/")[2]).isdigit()}
+            check_applies(node, gpu, fault, view["gpus"], faulted)
         client.hset(key, field, fault)
         return [field]
-    present = [f.decode() for f in client.hkeys(key)]
     if not known and not any(f == node or f.startswith(f"{node}/") for f in present):
         raise UnknownNode(f"the cluster has never seen a node named {node!r}")
     fields = [field]

@@ -23,8 +23,8 @@ def panel(request):
             target = node if gpu is None else f"{node} GPU {gpu}"
             try:
                 faults.set_fault(node, gpu, fault)
-            except faults.UnknownNode as exc:
-                form.add_error("node", str(exc))
+            except faults.FaultRefused as exc:
+                form.add_error(exc.field, str(exc))
             except redis.RedisError as exc:
                 messages.error(request, f"Redis is unreachable, the fault was not set: {exc}")
                 return redirect("simulator:panel")

@@ -3,7 +3,8 @@ from django.db import models
 
 
 class GpuPrice(models.Model):
-    """What a GPU-hour of one model costs; a model without a row costs GPULSE_PRICE_GPU_HOUR."""
+    """What a GPU-hour of one model costs; a model without a row costs its family's default
+    (dashboard/usage/prices.py FAMILY_PRICES), else GPULSE_PRICE_GPU_HOUR."""
 
     gpu_model = models.CharField(max_length=128, unique=True,
                                  help_text="the model name as the GPUs report it, e.g. NVIDIA H100 80GB HBM3")

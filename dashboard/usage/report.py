@@ -15,10 +15,12 @@ import math
 import time
 
 import orjson
+from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, F, FloatField, Sum, Value, When
+from django.db.models import F, Sum
 from django.db.models.functions import TruncHour
 
+from dashboard.live.idle import idle_long_enough
 from dashboard.live.models import ClusterUsage, UsageHour
 from dashboard.redis_client import redis_client
 from dashboard.usage.prices import Prices
@@ -64,8 +66,7 @@ def _figures(sums: dict, prices: Prices) -> dict:
 def _sums(prices: Prices) -> dict:
     """The aggregates of each group, cost included: priced in SQL (a CASE on the GPU model), so the
     database orders the groups by cost and only the costliest come back."""
-    price = Case(*(When(model=model, then=Value(usd)) for model, usd in prices.per_gpu_hour.items()),
-                 default=Value(prices.default_gpu_hour), output_field=FloatField())
+    price = prices.gpu_hour_sql("model")
     return {"seconds": Sum("seconds"), "allocated": Sum("allocated_seconds"), "busy": Sum("busy_seconds"),
             "joules": Sum("energy_j"), "cost": Sum(F("allocated_seconds") * price) / HOUR,
             "idle_cost": Sum((F("allocated_seconds") - F("busy_seconds")) * price) / HOUR}
@@ -99,16 +100,17 @@ def usage_table(by: str, since: dt.datetime, until: dt.datetime, prices: Prices,
 def allocation_series(since: dt.datetime, until: dt.datetime) -> dict:
     """GPUs reporting, allocated and busy over time: per minute up to two days, per hour beyond.
 
-    The minute in progress is left out: ingest writes it in parts, so it would dip.
+    Only whole buckets ingest has written all of are charted: it writes the usage in parts, every
+    GPULSE_USAGE_FLUSH_INTERVAL seconds, so the minute or hour in progress, or one that ended since
+    the last write, would read as a dip (issue 32). Grafana leaves such a partial bucket out too.
     """
-    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
-    until = min(until, now)
+    step = 60 if until - since <= MINUTE_POINTS_UP_TO else HOUR
+    written = time.time() - settings.GPULSE_USAGE_FLUSH_INTERVAL - settings.GPULSE_TICK
+    until = min(until, dt.datetime.fromtimestamp(written // step * step, dt.UTC))
     rows = ClusterUsage.objects.filter(minute__gte=since, minute__lt=until)
-    if until - since <= MINUTE_POINTS_UP_TO:
-        step = 60
+    if step == 60:
         points = rows.order_by("minute").values_list("minute", "seconds", "allocated_seconds", "busy_seconds")
     else:
-        step = HOUR
         points = (rows.annotate(at=TruncHour("minute")).values("at").order_by("at")
                   .annotate(s=Sum("seconds"), a=Sum("allocated_seconds"), b=Sum("busy_seconds"))
                   .values_list("at", "s", "a", "b"))
@@ -122,9 +124,11 @@ def allocation_series(since: dt.datetime, until: dt.datetime) -> dict:
 
 
 def idle_now(prices: Prices, limit: int = 100) -> list[dict]:
-    """GPUs allocated but idle right now, longest first, with how long and what they cost per hour."""
+    """GPUs allocated but idle right now for at least GPULSE_IDLE_MIN_SECONDS, longest first, with how long
+    and what they cost per hour."""
     raw = redis_client().get(Keys().idle_allocations)
     entries = orjson.loads(raw) if raw else []
     now = time.time()
+    lasting = [entry for entry in entries if idle_long_enough(entry["since"], now, settings.GPULSE_IDLE_MIN_SECONDS)]
     return [{**entry, "idle_s": max(0.0, now - entry["since"]), "usd_per_hour": prices.gpu_hour(entry["model"])}
-            for entry in entries[:limit]]
+            for entry in lasting[:limit]]

@@ -39,7 +39,7 @@ def usage_page(request):
     query = request.GET
     context = {"ranges": RANGES, "since": query.get("since", ""), "until": query.get("until", ""),
                "selected": "" if query.get("until") else query.get("since") or DEFAULT_RANGE,
-               "accounting": settings.GPULSE_USAGE_ACCOUNTING}
+               "accounting": settings.GPULSE_USAGE_ACCOUNTING, "idle_min_seconds": settings.GPULSE_IDLE_MIN_SECONDS}
     try:
         since, until = parse_range(query)
         prices = current_prices()

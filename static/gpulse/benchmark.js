@@ -2,11 +2,16 @@
 // and the compare view (busbw vs size of several jobs, overlaid, named by the backend that ran).
 "use strict";
 
+// Plotly's toolbar (mode bar) sits in the chart's top right corner, 26 px high. A centred title
+// there was covered by it on a phone's narrow chart (issue 32): the title goes on its own line
+// below the toolbar's, at the left, at any width.
+const TOOLBAR_PX = 26;
 const chartLayout = (title) => ({
-  title: {text: title},
+  title: {text: title, x: 0, xref: "paper", xanchor: "left", y: 1, yref: "container", yanchor: "top",
+          pad: {t: TOOLBAR_PX + 4}},
   xaxis: {title: {text: "message size (bytes)"}, type: "log"},
   yaxis: {title: {text: "GB/s"}, rangemode: "tozero"},
-  margin: {t: 40, r: 20, b: 50, l: 60},
+  margin: {t: TOOLBAR_PX + 40, r: 20, b: 50, l: 60},
   legend: {orientation: "h"},
 });
 

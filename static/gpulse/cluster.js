@@ -3,8 +3,9 @@
  * The handler only writes numbers into typed arrays laid out per snapshot
  * (row = node in name order, column = GPU index), so an 8,000-GPU cluster costs
  * one array walk per frame. The heatmap, KPIs, table and health page read these
- * arrays (rows.health: each node's verdict, verdict.js; rows.problems: how many
- * of its GPUs have a fault, all of them while it is down).
+ * arrays (rows.health: each node's verdict, verdict.js; rows.problems: the "problems
+ * first" order, from its verdict or being down, then how many of its GPUs have a fault,
+ * all of them while it is down: verdict.js problemScore).
  */
 (function () {
   "use strict";
@@ -187,7 +188,7 @@
       const skew = F.numberOrNaN(entry.skew);
       if (skew !== rows.skew[r] && (skew === skew || rows.skew[r] === rows.skew[r])) model.tableChanged = true;
       rows.skew[r] = skew;
-      const problems = notDown ? faults : Math.max(1, gpus.length);
+      const problems = window.GpulseVerdict.problemScore(!notDown, health, notDown ? faults : Math.max(1, gpus.length));
       if (problems !== rows.problems[r]) model.tableChanged = true; // the "problems first" order moves at once
       rows.problems[r] = problems;
       rows.status[r] = String(entry.status);

@@ -214,6 +214,7 @@
     utcTime: utcTime,
     localDateTime: localDateTime,
     zoneName: zoneName,
+    utcOffset: utcOffset,
     skew: skew,
     escapeHtml: escapeHtml,
     plotlyText: plotlyText,

@@ -1,8 +1,8 @@
-/* The /health/ page: every degraded or failing node, worst first, from the same
- * frames as the overview (/ws/cluster/, kept by cluster.js), so a verdict change
- * shows with the next frame. Built from DOM nodes and text only: reasons are the
- * node's words. window.gpulseHealth holds the render times (as window.gpulse does
- * on the overview).
+/* The /health/ page: every node that is not healthy, worst first (down, failing,
+ * degraded, unknown), from the same frames as the overview (/ws/cluster/, kept by
+ * cluster.js), so a verdict change or a node going down shows with the next frame.
+ * Built from DOM nodes and text only: reasons are the node's words.
+ * window.gpulseHealth holds the render times (as window.gpulse does on the overview).
  */
 (function () {
   "use strict";
@@ -10,6 +10,10 @@
   const F = window.GpulseFormat;
   const V = window.GpulseVerdict;
   const AGES_EVERY_MS = 1000;
+  // The order of the list. A down node has no verdict ("unknown": nothing current is known of
+  // it), yet it is the first thing on-call must see, so it is listed, and counted, as down.
+  const LISTED = { down: 0, failing: 1, degraded: 2, unknown: 3 };
+  const DOWN_ACTION = "Check that the node is up and its collector runs: nothing is known of its GPUs meanwhile";
 
   const els = {
     counts: document.getElementById("health-counts"),
@@ -35,18 +39,26 @@
   });
 
 
-  /* The nodes to list and the count of each verdict. */
+  /* A down node's row: since its latest sample, which says when it stopped reporting. */
+  function downHealth(ts) {
+    const since = F.numberOrNaN(ts);
+    return { verdict: "down", reason: F.isNum(since) ? "no sample since " + F.dateTime(since) : "no sample yet",
+             action: DOWN_ACTION, since: since, findings: 0 };
+  }
+
+  /* The nodes to list and the count of each: down, else its verdict. */
   function collect() {
-    const counts = { failing: 0, degraded: 0, healthy: 0, unknown: 0 };
+    const counts = { down: 0, failing: 0, degraded: 0, healthy: 0, unknown: 0 };
     const listed = [];
     for (let r = 0; r < model.names.length; r++) {
-      const health = model.rows.health[r];
+      const down = model.rows.status[r] === "down";
+      const health = down ? downHealth(model.rows.ts[r]) : model.rows.health[r];
       counts[health.verdict] += 1;
-      if (health.verdict === "failing" || health.verdict === "degraded") listed.push({ name: model.names[r], health: health });
+      if (health.verdict !== "healthy") listed.push({ name: model.names[r], health: health });
     }
-    // Failing, then degraded; within each the longest-standing first (no since-time last).
+    // Down, failing, degraded, unknown; within each the longest-standing first (no since-time last).
     listed.sort(function (a, b) {
-      const rank = V.RANK[a.health.verdict] - V.RANK[b.health.verdict];
+      const rank = LISTED[a.health.verdict] - LISTED[b.health.verdict];
       if (rank) return rank;
       const x = a.health.since, y = b.health.since;
       if (x !== x || y !== y) return (x !== x) - (y !== y) || F.compareNames(a.name, b.name);
@@ -81,7 +93,7 @@
     const nameCell = F.element("td");
     nameCell.append(link);
     const verdictCell = F.element("td");
-    verdictCell.append(V.badge(health));
+    verdictCell.append(health.verdict === "down" ? F.element("span", "status status-down", "down") : V.badge(health));
     tr.append(
       nameCell,
       verdictCell,
@@ -100,7 +112,7 @@
     const found = collect();
     const c = found.counts;
     const total = model.names.length;
-    els.counts.textContent = c.failing + " failing, " + c.degraded + " degraded, " + c.healthy + " healthy, " + c.unknown + " unknown";
+    els.counts.textContent = c.down + " down, " + c.failing + " failing, " + c.degraded + " degraded, " + c.healthy + " healthy, " + c.unknown + " unknown";
     const listed = signature(found.listed);
     if (listed !== listSignature) {
       listSignature = listed;
@@ -113,11 +125,7 @@
     }
     els.table.hidden = found.listed.length === 0;
     els.empty.hidden = found.listed.length > 0;
-    if (!found.listed.length) {
-      els.empty.textContent = c.healthy === total
-        ? "All " + total + " nodes healthy"
-        : "No degraded or failing node; " + c.unknown + " of " + total + " unknown (down, or no health checks)";
-    }
+    if (!found.listed.length) els.empty.textContent = "All " + total + " nodes healthy";
     timings.renders += 1;
     timings.lastRenderMs = performance.now() - started;
     timings.maxRenderMs = Math.max(timings.maxRenderMs, timings.lastRenderMs);

@@ -9,7 +9,7 @@
  * GPU through reorders and frames.
  * A node whose bandwidth probe is low, or whose health verdict is degraded or
  * failing, is flagged on its row label. Rows are in name order, or with
- * view.order "problems" the nodes with the most faults first.
+ * view.order "problems" the down, failing and degraded nodes first, then those with faults.
  */
 (function () {
   "use strict";
@@ -206,7 +206,7 @@
       dirty.layout = true;
     }
 
-    /* With view.order "problems", put the nodes with the most faults first (then by name, as
+    /* With view.order "problems", put the worst nodes first (rows.problems; then by name, as
      * the model's rows are); move only row references, and only when the order changed. */
     function reorder() {
       const next = model.names.map(function (_, r) { return r; });

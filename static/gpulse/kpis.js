@@ -17,7 +17,8 @@
     return w >= 10000 ? (w / 1000).toFixed(1) + " kW" : Math.round(w) + " W";
   }
 
-  // "3/h · 42 s mean · 12.3 GB/s ↑ sim-01,sim-02": the newest job's busbw against the run before on those nodes.
+  // "3/h · 42 s mean · busbw 12.30 GB/s out-of-place ↑ sim-01,sim-02": the newest job's out-of-place busbw at
+  // its largest size (as every benchmark page quotes it) against the run before on those nodes.
   function throughputText(s) {
     if (!F.isNum(s.jobs_last_hour)) return "";
     const parts = [s.jobs_last_hour + "/h"];
@@ -25,9 +26,28 @@
     const b = s.latest_busbw;
     if (b && F.isNum(b.busbw)) {
       const trend = F.isNum(b.previous) ? (b.busbw > b.previous * 1.02 ? " ↑" : b.busbw < b.previous * 0.98 ? " ↓" : " =") : "";
-      parts.push(b.busbw.toFixed(2) + " GB/s" + trend + " " + b.nodes);
+      parts.push("busbw " + b.busbw.toFixed(2) + " GB/s out-of-place" + trend + " " + b.nodes);
     }
     return parts.join(" · ");
+  }
+
+  // A message size as the benchmark pages write it (Django's filesizeformat: "16.0 MB" for 16 × 1024² bytes).
+  function sizeText(bytes) {
+    const units = ["bytes", "KB", "MB", "GB", "TB"];
+    let value = bytes, unit = 0;
+    while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
+    return unit ? value.toFixed(1) + " " + units[unit] : bytes + " bytes";
+  }
+
+  // The card's title (the page's words for the figure) with the figure's size and the in-place one beside it.
+  let throughputAbout = null;
+  function throughputTitle(el, s) {
+    if (throughputAbout === null) throughputAbout = el.title;
+    const about = throughputAbout;
+    const b = s.latest_busbw;
+    if (!b || !F.isNum(b.busbw) || !F.isNum(b.size)) return about;
+    return about + " (" + sizeText(b.size) + "): out-of-place " + b.busbw.toFixed(2) + " GB/s, in-place " +
+      (F.isNum(b.inplace_busbw) ? b.inplace_busbw.toFixed(2) + " GB/s" : "not measured");
   }
 
   function firingWords(n) {
@@ -82,6 +102,9 @@
     setText("kpi-jobs", F.isNum(s.jobs_running) ? s.jobs_running + " running" : "—");
     setText("kpi-queued", (F.isNum(s.jobs_queued) ? s.jobs_queued : "—") + " queued");
     setText("kpi-throughput", throughputText(s));
+    const throughput = document.getElementById("kpi-throughput");
+    const title = throughputTitle(throughput, s);
+    if (throughput.title !== title) throughput.title = title;
     const idle = s.idle_allocated;
     const idleGpus = idle && F.isNum(idle.gpus) ? idle.gpus : null;
     setText("kpi-idle", idleGpus === null ? "—" : idleGpus + (idleGpus === 1 ? " GPU" : " GPUs"));

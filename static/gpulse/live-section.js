@@ -1,5 +1,6 @@
 /* A part of a page rendered on the server, kept live by fetching the page again: the alerts
- * page's rule groups (alerts.js) and the node page's Alerts section (node-alerts.js).
+ * page's rule groups (alerts.js) and the node page's Alerts section (node-alerts.js). Its times
+ * are shown as base.html's local-time.js shows the page's.
  */
 (function () {
   "use strict";
@@ -14,7 +15,11 @@
       return null;
     }
     if (!response.ok) return null;
-    return new DOMParser().parseFromString(await response.text(), "text/html").getElementById(id);
+    const part = new DOMParser().parseFromString(await response.text(), "text/html").getElementById(id);
+    // Its times in the browser's zone, as the part on the page is: else an unchanged part never
+    // compares equal to the one shown.
+    if (part) window.GpulseLocalTime.localize(part);
+    return part;
   }
 
   /* refresh() every ``ms``. A failed fetch (server restarting, network gone) leaves the page as

@@ -111,6 +111,8 @@
   };
 
   const num = L.numberOrNull;
+  // A process's command line, shown cut to this many characters (the whole, as the sample bounds it, on hover).
+  const CMD_SHOWN = 80;
 
   /* ---- live points ------------------------------------------------------------- */
 
@@ -467,7 +469,7 @@
     if (!sample) {
       const why = live.ts ? "No current data: the node has sent nothing since " + L.dateTime(live.ts) + "." : "No data from this node.";
       els.gpuBody.innerHTML = '<tr><td colspan="13" class="empty">' + why + "</td></tr>";
-      els.procBody.innerHTML = '<tr><td colspan="5" class="empty">' + why + "</td></tr>";
+      els.procBody.innerHTML = '<tr><td colspan="7" class="empty">' + why + "</td></tr>";
       return;
     }
     els.gpuBody.innerHTML = sample.gpus.map(gpuRow).join("");
@@ -480,16 +482,38 @@
     });
     if (!procs.length) {
       const text = supported ? "No processes on this node's GPUs." : "The GPUs do not report processes (not supported).";
-      els.procBody.innerHTML = '<tr><td colspan="5" class="empty">' + text + "</td></tr>";
+      els.procBody.innerHTML = '<tr><td colspan="7" class="empty">' + text + "</td></tr>";
       return;
     }
     procs.sort(function (a, b) { return a[0] - b[0] || (b[1].mem_used || 0) - (a[1].mem_used || 0); });
     els.procBody.innerHTML = procs.map(function (entry) {
       const p = entry[1];
+      const cmd = nodeText(p.cmd);
       return '<tr><td class="num">' + L.escapeHtml(entry[0]) + '</td><td class="num">' + L.escapeHtml(p.pid) + "</td><td>" +
-        L.escapeHtml(p.user || "—") + "</td><td>" + L.escapeHtml(p.name || "—") + '</td><td class="num">' +
+        L.escapeHtml(nodeText(p.user) || "—") + '</td><td class="proc-job">' + L.escapeHtml(processJob(p) || "—") + "</td><td>" +
+        L.escapeHtml(nodeText(p.name) || "—") + '</td><td class="proc-cmd" title="' + L.escapeHtml(cmd) + '">' +
+        L.escapeHtml(cut(cmd, CMD_SHOWN) || "—") + '</td><td class="num">' +
         (num(p.mem_used) === null ? na() : gib(p.mem_used)) + "</td></tr>";
     }).join("");
+  }
+
+  /* A string the node sent, else "" (a hostile node may send anything: it is escaped where shown). */
+  function nodeText(value) {
+    return typeof value === "string" ? value : "";
+  }
+
+  /* ``value`` at most ``length`` characters, an ellipsis saying where it was cut. */
+  function cut(value, length) {
+    return value.length > length ? value.slice(0, length - 1) + "…" : value;
+  }
+
+  /* Whose work the process is: the Slurm job and step ("41002.0"), else the Kubernetes container and pod. */
+  function processJob(p) {
+    const job = nodeText(p.job), step = nodeText(p.step);
+    if (job) return step ? job + "." + step : job;
+    const container = nodeText(p.container), pod = nodeText(p.pod_uid);
+    if (container || pod) return (container || "container") + (pod ? " (pod " + cut(pod, 9) + ")" : "");
+    return "";
   }
 
   /* ---- history ---------------------------------------------------------------------- */
@@ -663,7 +687,7 @@
     els.resetZoom[section].addEventListener("click", function () { setZoom(section, null); });
   });
   els.zone.textContent = "times in " + L.zoneName();
-  els.zone.title = "This browser's time zone; the banner's tooltip gives the time in UTC";
+  els.zone.title = "This browser's time zone; each time's tooltip gives it in UTC";
   if (live.sample && live.ts) addSample(live.ts, live.sample);
   renderStatus();
   renderTables();

@@ -354,7 +354,7 @@
     });
     markSortedHeader();
 
-    /* Sort by ``key`` (a column's, or "problems": the nodes with the most faults first). */
+    /* Sort by ``key`` (a column's, or "problems": down, failing, degraded, then the most faults first). */
     function sortBy(key, dir) {
       view.sortKey = key;
       view.sortDir = dir;

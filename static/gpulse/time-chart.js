@@ -136,8 +136,12 @@
     return "rgba(" + L.rgb(hex).join(",") + "," + BAND_ALPHA + ")";
   }
 
-  /* The time range when the view asks for none: the data's, a minute either side of a single point. */
-  function dataRange(min, max) {
+  /* The time range when the view asks for none: its times' (oldest first), a minute either side of a
+   * single point. From the view, not from the min and max uPlot hands the range function: for a single
+   * time uPlot makes those a span of 86,400 / its ms option, 1,000 days for times in seconds, so one
+   * probe drew an axis from 2027 to 2029 (issue 32). */
+  function dataRange(x) {
+    const min = x[0], max = x[x.length - 1];
     return min === max ? [min - MINUTE, max + MINUTE] : [min, max];
   }
 
@@ -159,7 +163,7 @@
       height: HEIGHT,
       legend: { show: false }, // the section's legend: one for its four charts (node.js)
       scales: {
-        x: { time: true, range: function (u, min, max) { return chart.view.xrange || dataRange(min, max); } },
+        x: { time: true, range: function () { return chart.view.xrange || dataRange(chart.view.x); } },
         y: { range: function (u, min, max) { return chart.view.yrange || chart.autoY(max); } },
       },
       axes: [
@@ -258,7 +262,7 @@
     const options = this.options;
     const rows = [];
     const head = L.element("div", "chart-tooltip-time");
-    head.textContent = L.localDateTime(u.data[0][index]).slice(0, 19); // local "YYYY-MM-DD HH:MM:SS", as Grafana's
+    head.textContent = L.dateTime(u.data[0][index]); // local "YYYY-MM-DD HH:MM:SS UTC+01:00", as every time a page shows
     rows.push(head);
     this.view.lines.forEach(function (line) {
       const value = line.y[index];

@@ -25,6 +25,18 @@
     };
   }
 
+  // "Problems first" (the overview's order): down, failing, degraded, then the rest; within each the
+  // node with the most GPUs at fault first. A failing node with no alert yet still outranks a
+  // degraded one with an alert: the verdict says what is broken, an alert only what a rule watches.
+  const PROBLEM_LEVEL = { failing: 2, degraded: 1 };
+  const DOWN_LEVEL = 3;
+  const PER_LEVEL = 1e6; // more GPUs than a node has, so the fault count never reaches the next level
+
+  /* One number to sort by, highest first: the level, then the count of GPUs at fault. */
+  function problemScore(down, health, faults) {
+    return (down ? DOWN_LEVEL : PROBLEM_LEVEL[health.verdict] || 0) * PER_LEVEL + faults;
+  }
+
   /* Whether two read healths would show differently (the since-time moves only with the verdict). */
   function same(a, b) {
     return a.verdict === b.verdict && a.reason === b.reason && a.action === b.action && a.findings === b.findings;
@@ -36,7 +48,7 @@
     if (health.verdict === "unknown") return "unknown: " + (health.reason || "no health data (node down, or its source runs no checks)");
     let text = health.verdict + ": " + (health.reason || "no reason given");
     if (health.action) text += "\n→ " + health.action;
-    if (F.isNum(health.since)) text += "\nsince " + F.utcTime(health.since);
+    if (F.isNum(health.since)) text += "\nsince " + F.dateTime(health.since) + " (" + F.utcTime(health.since) + ")";
     return text;
   }
 
@@ -49,5 +61,7 @@
     return el;
   }
 
-  window.GpulseVerdict = { RANK: RANK, LEVEL: LEVEL, read: read, same: same, describe: describe, badge: badge };
+  window.GpulseVerdict = {
+    RANK: RANK, LEVEL: LEVEL, read: read, same: same, describe: describe, badge: badge, problemScore: problemScore,
+  };
 })();

@@ -3,7 +3,9 @@ import secrets
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.core.management.base import BaseCommand
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
@@ -19,6 +21,12 @@ class Command(BaseCommand):
             self.stdout.write(f"user {username!r} already exists; its password is unchanged")
             return
         password = os.environ.get("GPULSE_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+        try:
+            # The settings' validators, as every other place a password is set runs them.
+            validate_password(password, user=User(username=username))
+        except ValidationError as exc:
+            raise CommandError(f"GPULSE_ADMIN_PASSWORD is refused: {' '.join(exc.messages)} User {username!r} was"
+                               " not created: set another, or unset it to have one generated.") from None
         user = User.objects.create_superuser(username, password=password)
         # Superusers pass every check anyway; the explicit grant documents intent.
         user.user_permissions.add(Permission.objects.get(codename="launch_benchmark"))

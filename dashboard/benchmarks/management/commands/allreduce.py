@@ -51,6 +51,9 @@ class Command(BaseCommand):
         parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
         parser.add_argument("--no-check", action="store_true", help="skip the correctness check")
         parser.add_argument("--timeout", type=float, default=300.0, help="seconds before the whole job is stopped")
+        parser.add_argument("--confirm-held", action="store_true",
+                            help="with --nodes: launch even onto nodes whose GPUs a job holds (the benchmark shares"
+                                 " them with that work); without it such a launch is refused, naming the holders")
         parser.add_argument("--corrupt-rank", type=int, default=None,
                             help="diagnostic: corrupt this rank's input to see the check report wrong values")
         parser.add_argument("--json", nargs="?", const="gpulse", choices=JSON_LAYOUTS, default=None,
