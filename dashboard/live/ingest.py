@@ -44,6 +44,12 @@ from gpulse.usage import BUSY_UTIL
 
 log = logging.getLogger("gpulse.ingest")
 
+
+def is_due(node: NodeState, now: float) -> bool:
+    """Whether the node's next sample is due: up, its newest sample an interval old, held back or not
+    (samples held over from the last tick must not pass for this tick's burst)."""
+    return node.status == UP and node.ts + node.interval <= now
+
 # Entries read from one node's stream per XREADGROUP (a node's 100 s at 1 Hz).
 READ_BATCH = 100
 # A new node's stream is found by SCAN this often (seconds).
@@ -434,12 +440,12 @@ class Ingest:
         self.probes.forget(name)
         # Its streams go too: what they still hold was read long ago or is a week old.
         self.streams.pop(name, None)
-        self.unacked = [entry for entry in self.unacked if entry[0] != self.keys.telemetry_stream(name)]
+        stream = self.keys.telemetry_stream(name)
+        self.unacked = [entry for entry in self.unacked if entry[0] != stream]
         pipe = self.redis.pipeline(transaction=False)
         pipe.hdel(self.keys.known_nodes, name)
         pipe.hdel(self.keys.health, name)
-        pipe.delete(self.keys.recent(name), self.keys.probe_history(name), self.keys.telemetry_stream(name),
-                    self.keys.probe_stream(name))
+        pipe.delete(self.keys.recent(name), self.keys.probe_history(name), stream, self.keys.probe_stream(name))
         pipe.execute()
 
     def forget_idle_consumers(self) -> None:
@@ -503,12 +509,11 @@ class Ingest:
             return False
         if got:
             return True
-        return bool(self._due(now))
+        return any(is_due(node, now) for node in self.state.nodes.values())
 
     def _due(self, now: float) -> list[str]:
-        """The nodes whose next sample is due: up, their newest sample an interval old, held back or not
-        (samples held over from the last tick must not pass for this tick's burst)."""
-        return [name for name, node in self.state.nodes.items() if node.status == UP and node.ts + node.interval <= now]
+        """The nodes whose next sample is due (is_due)."""
+        return [name for name, node in self.state.nodes.items() if is_due(node, now)]
 
     def emit(self, now: float) -> None:
         changed = self.state.refresh_statuses(now)
