@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import redis
-
 from collectors.arguments import folder, group_name, non_negative_float, positive_float, positive_int
+from collectors.gpu_test_record import GpuTestRecord
 from collectors.health_checks import HealthChecks
 from collectors.probe import ProbeRunner
 from collectors.publisher import DEFAULT_BUFFER_SIZE, RedisPublisher, StdoutPublisher
@@ -23,6 +22,7 @@ from collectors.simulated import SimulatedFleet, redis_fault_reader
 from collectors.sources import Identity, Source, SourceUnavailable
 from gpulse.faults import SPELLINGS, parse_fault, parse_target
 from gpulse.keys import DEFAULT_REDIS_URL, Keys
+from gpulse.node_redis import node_redis_client
 from gpulse.ratelog import RateLimitedLog
 from gpulse.redis_url import (
     REDIS_URL_FILE_ENV,
@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--expected-gpus", type=positive_int,
                         help="GPUs each node should have: fewer fails the gpu_count health check "
                              "(default: the count first seen)")
+    parser.add_argument("--gpu-test-record", type=Path, metavar="PATH",
+                        help="the file `python -m workers.healthcheck --record PATH` writes on this node: its "
+                             "failed GPU tests are reported (health check gpu_tests) until a later run passes")
     parser.add_argument("--group", type=group_name,
                         help="the node's group for --source nvml, e.g. its Slurm partition or node pool: the "
                              "version_skew health check compares driver, CUDA and GPU model within it "
@@ -183,7 +186,7 @@ def simulated_fleet(args: argparse.Namespace, faults: list[tuple[str, int | None
     reader = None
     if not args.stdout:
         url = args.redis_url if args.faults_url_file is None else read_redis_url_file(args.faults_url_file)
-        client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+        client = node_redis_client(url, socket_timeout=1, connect_timeout=1)
         reader = redis_fault_reader(client, Keys())
     fleet = SimulatedFleet(args.nodes, args.gpus_per_node, args.interval, seed=args.seed,
                            name_prefix=args.name_prefix, fault_reader=reader, only=args.only_node,
@@ -232,7 +235,8 @@ def run(args: argparse.Namespace, open_source: Callable[[], Source], stop: StopS
     source: Source | None = None
     identity = Identity()
     # Every sample of every source gets its health checked before it leaves the node.
-    health = HealthChecks(args.expected_gpus)
+    gpu_tests = None if args.gpu_test_record is None else GpuTestRecord(args.gpu_test_record)
+    health = HealthChecks(args.expected_gpus, gpu_tests)
     retry_delay = 1.0
     # Deadlines sit on the wall clock's grid of whole intervals (as Telegraf's
     # round_interval does): NTP-synced nodes then sample together, so ingest

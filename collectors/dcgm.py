@@ -4,7 +4,8 @@ Sites that already run DCGM get gpulse's live view, benchmarks and alerts
 without giving the collector NVML access. One GET of the exporter's /metrics
 per interval becomes one version-1 sample per host (its ``hostname`` label,
 ``Hostname`` in older releases), in the same units as the nvml source:
-DCGM's MiB become bytes, W, °C, MHz, %, mJ and bytes/s pass through. A field
+DCGM's MiB become bytes, W, °C, MHz, %, mJ and bytes/s pass through, and so do
+the profiling fields' ratios (0-1), the contract's activity readings. A field
 the exporter does not serve, or serves as one of DCGM's blank values, is None
 (null), never 0 and never the blank's 9.2e18. dcgm-exporter's default counters
 lack a few readings (power limit, clock event reasons, ECC); add them to its
@@ -93,6 +94,23 @@ FIELDS: dict[str, tuple[tuple[str, Callable[[float], int | float]], ...]] = {
     "energy": (("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", int),),
     "pcie_replay": (("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", int),),
 }
+# Activity reading (gpulse.schema.ACTIVITY_METRICS) -> the DCGM profiling field that is it, as a ratio.
+# dcgm-exporter serves them from its dcp-metrics counters CSV (GR_ENGINE, TENSOR and DRAM by default).
+# On a MIG GPU DCGM profiles the instances (GPU_I_ID series, skipped below), so the GPU's are null.
+PROFILING_FIELDS = {
+    "gr_active": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "sm_active": "DCGM_FI_PROF_SM_ACTIVE",
+    "sm_occupancy": "DCGM_FI_PROF_SM_OCCUPANCY",
+    "tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "tensor_hmma_active": "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE",
+    "tensor_imma_active": "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE",
+    "tensor_dmma_active": "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE",  # DCGM's name for the FP64 tensor pipe (DMMA)
+    "dram_active": "DCGM_FI_PROF_DRAM_ACTIVE",
+    "fp64_active": "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+    "fp32_active": "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+    "fp16_active": "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+}
+FIELDS.update({reading: ((field, float),) for reading, field in PROFILING_FIELDS.items()})
 # Framebuffer total is not among the default counters: used + free + reserved
 # is what NVML's v2 memory info calls total.
 FB_TOTAL, FB_USED, FB_FREE, FB_RESERVED = (

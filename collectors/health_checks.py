@@ -12,6 +12,8 @@ simulated fleet. It runs for every GPU every second, so the passing case is a
 few dict lookups and comparisons; reasons are only built for findings.
 """
 
+from collectors.gpu_test_record import CHECK as GPU_TESTS
+from collectors.gpu_test_record import GpuTestRecord
 from gpulse.health import (
     BUSY_UTIL,
     CHECKS,
@@ -63,8 +65,14 @@ def _busy(gpu: dict) -> bool:
     return util is not None and util >= BUSY_UTIL
 
 
-def _rate(previous: tuple[float, float] | None, now: float, count: float) -> tuple[tuple[float, float] | None, float]:
-    """Return (what to keep, the counter's rise per second since ``previous``, 0 when there is none yet)."""
+def _rate(previous: tuple[float, float] | None, now: float,
+          count: float | None) -> tuple[tuple[float, float] | None, float | None]:
+    """Return (what to keep, the counter's rise per second since ``previous``, 0 when there is none yet).
+
+    Both are None when the sample does not report the counter: its next reading starts over.
+    """
+    if count is None:
+        return None, None
     if previous is None:
         return (now, count), 0.0
     then, before = previous
@@ -103,10 +111,9 @@ _NO_REPLAY = _unreported("PCIe replay counter")
 
 def pcie_replay(gpu: dict, memory: GpuMemory, now: float) -> Result:
     count = gpu.get("pcie_replay")
-    if count is None:
-        memory.replay = None
-        return _NO_REPLAY
     memory.replay, per_second = _rate(memory.replay, now, count)
+    if per_second is None:
+        return _NO_REPLAY
     per_minute = per_second * 60
     if per_minute > PCIE_REPLAY_PER_MINUTE:
         return WARN, f"{per_minute:.0f} PCIe replays per minute ({count:g} since the driver loaded)"
@@ -199,11 +206,9 @@ _NO_NVLINK_ERRORS = _unreported("NVLink error counters")
 
 
 def nvlink_errors(gpu: dict, memory: GpuMemory, now: float) -> Result:
-    count = gpu.get("nvlink_errors")
-    if count is None:
-        memory.nvlink = None
+    memory.nvlink, per_second = _rate(memory.nvlink, now, gpu.get("nvlink_errors"))
+    if per_second is None:
         return None if gpu.get("nvlink_links") == 0 else _NO_NVLINK_ERRORS
-    memory.nvlink, per_second = _rate(memory.nvlink, now, count)
     if per_second > NVLINK_ERRORS_PER_SECOND:
         return WARN, f"{per_second:.1f} NVLink CRC, replay or recovery errors per second"
     return None
@@ -346,15 +351,19 @@ def ib_port(sample: dict, memory: NodeMemory, now: float) -> list[dict]:
 
 # ---- the whole sample --------------------------------------------------------------
 
-CHECKED = [check.id for check in CHECKS if check.scope in (GPU, NODE)]
+# What the collector checks from the readings: every GPU and node check but the recorded GPU tests.
+CHECKED = [check.id for check in CHECKS if check.scope in (GPU, NODE) and check.id != GPU_TESTS]
 _RANK = {FAIL: 0, WARN: 1, UNKNOWN: 2}
 
 
 class HealthChecks:
     """Set sample["health"] from the sample's readings, remembering per node what rates and windows need."""
 
-    def __init__(self, expected_gpus: int | None = None):
+    def __init__(self, expected_gpus: int | None = None, gpu_tests: GpuTestRecord | None = None):
         self.expected_gpus = expected_gpus
+        # The node's recorded GPU test results (collector --gpu-test-record): a check only where given.
+        self.gpu_tests = gpu_tests
+        self.checked = CHECKED + [GPU_TESTS] if gpu_tests is not None else CHECKED
         self._nodes: dict[str, NodeMemory] = {}
 
     def annotate(self, sample: dict, now: float) -> None:
@@ -391,7 +400,9 @@ class HealthChecks:
                                 for index, reason in gpus)
         findings += gpu_count(sample, node, self.expected_gpus)
         findings += ib_port(sample, node, now)
+        if self.gpu_tests is not None:
+            findings += self.gpu_tests.findings()
         if len(findings) > MAX_FINDINGS:  # a node of 256 broken GPUs: keep the worst
             findings.sort(key=lambda finding: _RANK[finding["status"]])
             del findings[MAX_FINDINGS:]
-        sample["health"] = {"checked": list(CHECKED), "findings": findings}
+        sample["health"] = {"checked": list(self.checked), "findings": findings}

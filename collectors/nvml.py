@@ -9,6 +9,11 @@ Each reading's comment names the nvidia-smi query that shows the same number.
 
 The health readings (gpulse/health.py judges them) are read the same way: a
 call the GPU does not support gives null, which the checks report as unknown.
+
+The activity readings (SM, tensor, DRAM...: gpulse.schema.ACTIVITY_METRICS)
+come from GPM, NVML's GPU Performance Monitoring (Hopper and newer), which
+computes them from two samples of the GPU's counters: each GPU keeps its
+previous sample, so every reading covers the time since the one before.
 """
 
 import contextlib
@@ -28,6 +33,7 @@ from collectors.infiniband import read_ports
 from collectors.pod_resources import PodResources
 from collectors.sources import SourceUnavailable
 from gpulse.schema import (
+    ACTIVITY_METRIC_NAMES,
     GPU_METRIC_NAMES,
     MAX_TEXT,
     OPTIONAL_GPU_FLAGS,
@@ -48,6 +54,24 @@ TIMED_OUT = "NVML read timed out"
 # samples in between carry the last value read, as DCGM's cached fields do. Usage totals stay
 # exact (the counter's deltas add up); a GPU-minute's energy can shift by up to this into the next.
 ENERGY_READ_INTERVAL = 10.0  # s
+# The shortest time an activity reading covers (two GPM samples at least this far apart); the first
+# reading after start waits for it.
+GPM_MIN_WINDOW = 0.1  # s
+# Activity reading -> the NVML GPM metric it is (percent; the contract's ratio is a hundredth of it).
+GPM_METRICS = {
+    "gr_active": pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
+    "sm_active": pynvml.NVML_GPM_METRIC_SM_UTIL,
+    "sm_occupancy": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+    "tensor_active": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    "tensor_hmma_active": pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL,
+    "tensor_imma_active": pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL,
+    "tensor_dmma_active": pynvml.NVML_GPM_METRIC_DMMA_TENSOR_UTIL,
+    "dram_active": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+    "fp64_active": pynvml.NVML_GPM_METRIC_FP64_UTIL,
+    "fp32_active": pynvml.NVML_GPM_METRIC_FP32_UTIL,
+    "fp16_active": pynvml.NVML_GPM_METRIC_FP16_UTIL,
+}
+_NO_ACTIVITY = dict.fromkeys(ACTIVITY_METRIC_NAMES)
 
 # NVML itself is gone: nothing can be read until it is initialised again.
 _NVML_GONE = (
@@ -207,11 +231,87 @@ def _rate_kib(now: int | None, before: int | None, seconds: float) -> float | No
     return (now - before) * KIB / seconds
 
 
+def _metrics_request() -> pynvml.c_nvmlGpmMetricsGet_t:
+    """nvmlGpmMetricsGet's argument asking for GPM_METRICS; ~19 KB with the binding's metric array, so built once."""
+    request = pynvml.c_nvmlGpmMetricsGet_t()
+    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(GPM_METRICS)
+    for metric, metric_id in zip(request.metrics, GPM_METRICS.values(), strict=False):
+        metric.metricId = metric_id
+    return request
+
+
+class _Activity:
+    """One GPU's GPM samples and the activity readings between them. Only its reader thread touches it.
+
+    Two sample buffers: the previous sample, kept between reads, and the one
+    each read fills; they swap after each read, so nothing is allocated per read.
+    """
+
+    def __init__(self, handle):
+        self._handle = handle
+        self._previous = nvml_query(pynvml.nvmlGpmSampleAlloc)
+        self._current = nvml_query(pynvml.nvmlGpmSampleAlloc)
+        self._previous_at: float | None = None  # monotonic s the previous sample was taken; None: none yet
+        self._last = _NO_ACTIVITY
+        self._request = _metrics_request()
+        self._take_first()
+
+    def read(self, wait_until: float) -> dict:
+        """The activity since the previous read (nvidia-smi dmon --gpm-metrics); null where GPM gives none.
+
+        The first read after the first sample waits until GPM_MIN_WINDOW has
+        passed, so even a single sample (``--once``) has the readings, unless
+        the window ends after ``wait_until`` (monotonic s: short intervals have
+        short read deadlines); then it is null and the window goes on. A read
+        sooner than that after the previous one (an interval under 100 ms)
+        keeps the previous sample and repeats the last readings, as long as
+        the GPU still gives samples.
+        """
+        if self._previous is None or self._current is None:
+            return _NO_ACTIVITY
+        if self._previous_at is None:  # the first sample failed: this read's one starts the window
+            self._take_first()
+            return _NO_ACTIVITY
+        now = time.monotonic()
+        since = now - self._previous_at
+        if since < GPM_MIN_WINDOW and self._last is _NO_ACTIVITY:
+            if now + GPM_MIN_WINDOW - since > wait_until:
+                return _NO_ACTIVITY
+            time.sleep(GPM_MIN_WINDOW - since)
+        if nvml_query(pynvml.nvmlGpmSampleGet, self._handle, self._current) is None:
+            return _NO_ACTIVITY  # the previous sample stays: the next reading covers both intervals
+        if since < GPM_MIN_WINDOW and self._last is not _NO_ACTIVITY:
+            return self._last
+        request = self._request
+        request.sample1, request.sample2 = self._previous, self._current
+        self._previous, self._current, self._previous_at = self._current, self._previous, time.monotonic()
+        if nvml_query(pynvml.nvmlGpmMetricsGet, request) is None:
+            self._last = _NO_ACTIVITY
+        else:
+            # 4 decimals (0.01 %) is finer than any use of the reading; a double's 17 digits cost bytes.
+            self._last = {name: round(metric.value / 100, 4) if metric.nvmlReturn == pynvml.NVML_SUCCESS else None
+                          for name, metric in zip(GPM_METRICS, request.metrics, strict=False)}
+        return self._last
+
+    def release(self) -> None:
+        for sample in (self._previous, self._current):
+            if sample is not None:
+                nvml_query(pynvml.nvmlGpmSampleFree, sample)
+        self._previous = self._current = None
+
+    def _take_first(self) -> None:
+        if self._previous is not None and nvml_query(pynvml.nvmlGpmSampleGet, self._handle, self._previous) is not None:
+            self._previous_at = time.monotonic()
+
+
 class _Gpu:
     """One GPU's handle, identity and counters. Only its reader thread touches it."""
 
-    def __init__(self, index: int, memory_version, clock_reasons, procfs: Path, energy_interval: float):
+    def __init__(self, index: int, memory_version, clock_reasons, procfs: Path, energy_interval: float,
+                 read_timeout: float):
         self.index = index
+        self._read_timeout = read_timeout
         self._procfs = procfs  # where its processes' owners and cgroups are read
         self.uuid: str | None = None
         self.name: str | None = None
@@ -226,9 +326,12 @@ class _Gpu:
         self._energy_interval = energy_interval
         self._energy: int | None = None  # the counter as last read, and when (monotonic s)
         self._energy_read_at = -math.inf
+        self._activity: _Activity | None = None  # None where the GPU has no GPM
+        self._read_started = 0.0  # monotonic s
         self._prepared = False
 
     def read(self) -> dict:
+        self._read_started = time.monotonic()
         try:
             if not self._prepared:
                 self._prepare()
@@ -242,6 +345,10 @@ class _Gpu:
         return {**_null_gpu(self.index, self.uuid, self.name), "error": TIMED_OUT}
 
     def release(self) -> None:
+        if self._activity is not None:
+            with contextlib.suppress(GpuLost, SourceUnavailable):
+                self._activity.release()
+            self._activity = None
         if self._events is not None:
             with contextlib.suppress(GpuLost, SourceUnavailable):
                 nvml_query(pynvml.nvmlEventSetFree, self._events)
@@ -258,7 +365,13 @@ class _Gpu:
         self._links = self._existing_links()
         self._static = self._static_readings()
         self._events = self._xid_event_set()
+        self._activity = self._gpm()
         self._prepared = True
+
+    def _gpm(self) -> _Activity | None:
+        """The GPU's GPM samples where it has GPM (Hopper and newer; drivers from R520), else None."""
+        support = nvml_query(pynvml.nvmlGpmQueryDeviceSupport, self._handle)
+        return _Activity(self._handle) if support is not None and support.isSupportedDevice else None
 
     def _existing_links(self) -> list[int]:
         """The NVLink links this GPU has: those whose state NVML answers for."""
@@ -356,6 +469,10 @@ class _Gpu:
             "pcie_replay": nvml_query(pynvml.nvmlDeviceGetPcieReplayCounter, handle),
             **self._static,
             **self._health_readings(),
+            # Last: the first read after start waits for GPM's 100 ms window, less the time the others took,
+            # within half the read timeout, so that waiting never makes the GPU's read time out.
+            **(_NO_ACTIVITY if self._activity is None
+               else self._activity.read(self._read_started + self._read_timeout / 2)),
         }
 
     def _energy_counter(self) -> int | None:
@@ -553,7 +670,8 @@ class NvmlSource:
             else pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         )
         energy_interval = ENERGY_READ_INTERVAL if energy_interval is None else energy_interval
-        self._readers = [_Reader(_Gpu(index, memory_version, clock_reasons, procfs or PROC, energy_interval))
+        self._readers = [_Reader(_Gpu(index, memory_version, clock_reasons, procfs or PROC, energy_interval,
+                                      self.read_timeout))
                          for index in range(count)]
         psutil.cpu_percent(None)  # the first call only starts the measuring window
         # Fixed while NVML is open: a driver upgrade unloads the module, which ends NVML here.

@@ -1,9 +1,10 @@
 """The periodic bandwidth probe: a small all-reduce among a node's GPUs.
 
 Every ``interval`` seconds a background thread runs the benchmark engine
-(workers.launcher) on each node this collector covers — NCCL across the GPUs
-where CUDA is available, gloo on the CPU elsewhere — and writes one result per
-node to its probe stream (field ``p``) and to its probe history list:
+(`python -m workers.probe`, a process of its own) on each node this collector
+covers — NCCL across the GPUs where CUDA is available, gloo on the CPU
+elsewhere — and writes one result per node to its probe stream (field ``p``)
+and to its probe history list:
 
     {"v": 1, "node": "gpu-01", "ts": 1764000000.0, "backend": "nccl",
      "world_size": 8, "max_bytes": 16777216, "busbw": 182.4, "avg_busbw": 97.1,
@@ -15,6 +16,10 @@ that compares with the hardware's link speed.
 
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,35 +27,70 @@ from collections.abc import Callable
 import redis
 
 from gpulse.keys import PROBE_HISTORY, PROBES_MAXLEN, Keys
+from gpulse.node_redis import node_redis_client
 
 log = logging.getLogger(__name__)
+
+CANCEL_POLL_S = 0.5
+# How long past its own timeout a probe may run before it counts as stuck and is killed.
+KILL_AFTER_S = 30.0
+PROBE_COMMAND = (sys.executable, "-m", "workers.probe")
+
+
+class ProbeFailed(RuntimeError):
+    """The probe process gave no record: the message says why."""
+
+    def __init__(self, why: str):
+        super().__init__(f"python -m workers.probe: {why}")
 
 
 def probe_once(node: str, max_bytes: int, ranks: int | None, timeout: float,
                cancel: Callable[[], bool] | None = None) -> dict:
-    """Run one probe on this machine and return its result record."""
-    # Imported here: torch loads only in processes that probe.
-    from workers.launcher import run_node
-    from workers.sweep_spec import SweepSpec
+    """Run one probe on this machine (`python -m workers.probe`, a process of its own) and return its record.
 
-    spec = SweepSpec(backend="auto", min_bytes=max(1024, max_bytes // 16), max_bytes=max_bytes,
-                     warmup=2, iters=5, ranks_per_node=ranks, timeout=timeout)
-    result = run_node(spec, cancel=cancel)
-    largest = [row for row in result.rows if row.size == max((r.size for r in result.rows), default=None)]
-    return {
-        "v": 1,
-        "node": node,
-        "ts": time.time(),
-        "backend": result.spec.backend,
-        "world_size": result.spec.world_size if result.spec.ranks_per_node else None,
-        "max_bytes": max_bytes,
-        "busbw": max((row.busbw for row in largest), default=None),
-        "avg_busbw": sum(row.busbw for row in result.rows) / len(result.rows) if result.rows else None,
-        "wrong": sum(row.wrong or 0 for row in result.rows),
-        "status": result.status,
-        "reason": result.reason,
-        "duration_s": round(result.duration_s, 2),
-    }
+    ``cancel`` is asked twice a second; once it says stop, the probe is sent SIGTERM and its
+    cancelled record returned once its ranks are stopped. The probe ends itself at its own
+    ``timeout``; one still running KILL_AFTER_S later is stuck (a hung CUDA or NCCL call) and is
+    killed with its ranks. Raise ProbeFailed when it gave no record."""
+    command = [*PROBE_COMMAND, "--node", node, "--max-bytes", str(max_bytes), "--timeout", str(timeout)]
+    if ranks is not None:
+        command += ["--ranks", str(ranks)]
+    stopped = False
+    deadline = time.monotonic() + timeout + KILL_AFTER_S
+    # A session of its own: the probe and the ranks it starts are one process group to kill.
+    with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                          start_new_session=True) as probe:
+        while True:
+            try:
+                out, _ = probe.communicate(timeout=CANCEL_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    os.killpg(probe.pid, signal.SIGKILL)
+                    probe.communicate()
+                    raise ProbeFailed(f"still running {KILL_AFTER_S:g} s past its {timeout:g} s timeout: "
+                                      "killed with its ranks") from None
+                if not stopped and cancel is not None and cancel():
+                    # Before the probe sets its handler this ends it at once, with no rank started.
+                    probe.terminate()
+                    stopped = True
+    lines = out.strip().splitlines()
+    if stopped and not lines:
+        return {"node": node, "status": "cancelled"}
+    if probe.returncode != 0 or not lines:
+        raise ProbeFailed(f"ended with exit status {probe.returncode} and no record")
+    return probe_record(node, lines[-1])
+
+
+def probe_record(node: str, line: str) -> dict:
+    """The probe's last line as its record; raise ProbeFailed naming what is wrong with it."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        record = None
+    if type(record) is not dict or type(record.get("status")) is not str or record.get("node") != node:
+        raise ProbeFailed(f"its last line is not a record of {node}'s probe: {line[:200]!r}")
+    return record
 
 
 def publish_probe(client: redis.Redis, keys: Keys, record: dict) -> None:
@@ -69,7 +109,7 @@ class ProbeRunner:
                  ranks: int | None, timeout: float = 120.0):
         self.nodes = nodes
         self.interval = interval
-        self.client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+        self.client = node_redis_client(redis_url)
         self.keys = Keys()
         self.max_bytes = max_bytes
         self.ranks = ranks

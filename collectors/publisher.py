@@ -13,6 +13,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from gpulse.keys import TELEMETRY_MAXLEN, Keys, node_ttl
+from gpulse.node_redis import node_redis_client
 from gpulse.schema import encode
 from gpulse.status import RECONNECT_BACKOFF_MAX
 
@@ -50,9 +51,7 @@ class RedisPublisher:
     ):
         # No retries inside redis-py: the buffer and backoff here are the retry,
         # and a blocking retry would stall sampling.
-        self.client = redis.Redis.from_url(
-            redis_url, socket_connect_timeout=2, socket_timeout=5, retry=Retry(NoBackoff(), 0)
-        )
+        self.client = node_redis_client(redis_url, retry=Retry(NoBackoff(), 0))
         self.keys = keys or Keys()
         self.maxlen = maxlen
         self.buffer_size = buffer_size

@@ -21,11 +21,20 @@ them. A job first loads (low utilization, part of its memory), then:
   checkpoint (near idle) and evaluation (half busy) dips.
 - ``EVAL``: one or two GPUs for a few minutes, 40-70 % busy.
 - ``STALLED``: a training job on one or two GPUs whose data loader stalls:
-  about 2 minutes busy, then about 3 minutes at 0-2 %, over and over, for
-  hours. One starts with the fleet, on a random node; later ones are rare.
+  about 2 minutes "busy", then about 3 minutes at 0-2 %, over and over, for
+  hours. Busy is tiny kernels waiting on data: 92-99 % utilization while
+  5-15 % of the SMs work ("kernels run, SMs idle"). One starts with the
+  fleet, on a random node; later ones are rare.
 - ``NOTEBOOK``: dana's forgotten Jupyter, open since the fleet started on
   GPU NOTEBOOK_GPU of its first node, holding NOTEBOOK_MEM at 0 % forever
   (until a ``lost`` or ``gpu_missing`` fault kills it).
+
+Activity (gpulse.schema.ACTIVITY_METRICS): each job kind has its SM, tensor
+and DRAM activity at full utilization (JobKind.activity), each job a point
+within those ranges, and the readings scale with its utilization: training
+keeps its tensor pipes half busy, evaluation less, the stalled loader and the
+notebook next to nothing; an idle GPU reads 0. Every model reports them, as
+DCGM's profiling fields would (through NVML's GPM, only the H100 would).
 
 Faults
 ------
@@ -134,18 +143,20 @@ class JobKind:
     startup: tuple[float, float]  # s of loading before the GPUs get busy
     busy_util: tuple[float, float]  # % while busy
     pauses: str | None  # "dips": checkpoints and evaluations; "stalls": the data loader stalls
+    # (low, high) SM, tensor and DRAM activity (ratios) at 100 % utilization
+    activity: tuple[tuple[float, float], tuple[float, float], tuple[float, float]]
 
 
 TRAIN = JobKind(("python train.py --config llama-70b.yaml", "python train.py --config llama-8b-sft.yaml",
                  "python train.py --config mixtral-8x7b.yaml", "python train.py --config vit-h14.yaml"),
-                (3600, 4 * 3600), (15, 60), (92, 99), "dips")
+                (3600, 4 * 3600), (15, 60), (92, 99), "dips", ((0.80, 0.95), (0.35, 0.65), (0.30, 0.60)))
 EVAL = JobKind(("python eval.py --checkpoint ckpt/latest --tasks mmlu,gsm8k",
                 "python eval.py --checkpoint ckpt/latest --tasks humaneval",
                 "python eval.py --checkpoint ckpt/best --tasks hellaswag"),
-               (120, 480), (10, 30), (40, 70), None)
+               (120, 480), (10, 30), (40, 70), None, ((0.55, 0.80), (0.15, 0.35), (0.25, 0.50)))
 STALLED = JobKind(("python train.py --config resnet50.yaml --data /nfs/imagenet --num-workers 2",),
-                  (3600, 4 * 3600), (15, 60), (92, 99), "stalls")
-NOTEBOOK = JobKind(("jupyter-lab --no-browser --port 8888",), None, (0, 0), (0, 0), None)
+                  (3600, 4 * 3600), (15, 60), (92, 99), "stalls", ((0.05, 0.15), (0.0, 0.03), (0.02, 0.06)))
+NOTEBOOK = JobKind(("jupyter-lab --no-browser --port 8888",), None, (0, 0), (0, 0), None, ((0, 0), (0, 0), (0, 0)))
 
 USERS = ("alice", "bob", "carol", "dmitri", "eun-ji", "farah", "gustavo", "hiro")
 FIRST_JOB_ID = 41000
@@ -174,6 +185,8 @@ IB_PORTS = tuple(f"mlx5_{i}/1" for i in range(4))
 IB_RATE = 400  # Gb/s, NDR
 DEGRADED_PCIE_WIDTH = 8
 
+# The activity readings the fleet reports (gpulse.schema.ACTIVITY_METRICS); the others are absent, so null.
+ACTIVITY_READINGS = ("sm_active", "tensor_active", "dram_active")
 _THERMAL_HW_BITS = REASON_BITS["hw_thermal_slowdown"] | REASON_BITS["hw_slowdown"]
 _UUID_NAMESPACE = uuid.UUID("5f1c1a52-3a34-4c1b-9b87-6f0e2f61a7a1")
 
@@ -290,6 +303,7 @@ class SimulatedFleet:
         self._job_pcie = np.zeros(slots)
         self._job_nvlink = np.zeros(slots)
         self._job_stalls = np.zeros(slots, dtype=bool)
+        self._job_activity = np.zeros((3, slots))  # SM, tensor, DRAM activity at 100 % utilization
         self._node_next_job = np.zeros(n)
         self._next_job_id = FIRST_JOB_ID
         # Per GPU, the process its job runs there without mem_used (None: no job): fixed for the
@@ -467,6 +481,10 @@ class SimulatedFleet:
         self._job_busy_util[slot] = rng.uniform(*kind.busy_util)
         # Above 1, the job wants more power than the limit allows: it runs power-capped.
         self._job_power[slot] = rng.uniform(0.75, 1.2)
+        # Where within its kind's activity ranges: a job that draws more power works its units harder.
+        # Derived, not drawn, so the fleet's random sequence (and every seeded test) stays as it was.
+        within = (self._job_power[slot] - 0.75) / 0.45
+        self._job_activity[:, slot] = [low + (high - low) * within for low, high in kind.activity]
         self._job_mem_frac[slot] = rng.uniform(0.45, 0.95)
         self._job_mem_util[slot] = rng.uniform(0.3, 0.8)
         self._job_pcie[slot] = rng.uniform(0.02, 0.15)
@@ -579,6 +597,9 @@ class SimulatedFleet:
         pcie_rx = np.where(active, self._pcie_bw * loading * jitter[0], rng.uniform(0, 3e5, shape))
         pcie_tx = np.where(active, self._pcie_bw * loading * 0.25 * jitter[1], rng.uniform(0, 1e5, shape))
         collective = np.where(active & ~startup, self._nvlink_bw * self._job_nvlink[slot] * load, 0.0)
+        # Loading runs no tensor math yet; an idle GPU reads 0 (its load is 0).
+        sm_active, tensor_active, dram_active = np.round(self._job_activity[:, slot] * load, 3)
+        tensor_active[startup] = 0.0
 
         if self._ecc.any():
             self._ecc_count += self._ecc & (rng.random(shape) < ECC_ERRORS_PER_SECOND * dt)
@@ -593,6 +614,7 @@ class SimulatedFleet:
         readings = {name: array.astype(np.int64) for name, array in whole.items()}
         readings.update({
             "power": np.round(power, 1), "throttle": throttle, "energy": self._energy.astype(np.int64),
+            "sm_active": sm_active, "tensor_active": tensor_active, "dram_active": dram_active,
             "ecc": self._ecc_count, "xid": self._xid, "lost": self._lost,
             "cpu_util": np.round(np.clip(3 + 55 * active_share + rng.normal(0, 2, shape[0]), 0, 100), 1),
             "host_mem": np.rint(self._host_mem_total * (0.05 + 0.45 * active_share)),
@@ -621,7 +643,7 @@ class SimulatedFleet:
                 row[12] = row[13] = nulls
             gpus = []
             for (constants, process, util, mem_util, mem_used, temp, power, clock, fan, throttle, ecc, xid,
-                 pcie_tx, pcie_rx, nvlink_tx, nvlink_rx, energy, lost) in zip(
+                 pcie_tx, pcie_rx, nvlink_tx, nvlink_rx, energy, sm_active, tensor_active, dram_active, lost) in zip(
                     self._constants[i], self._processes[i], *row, strict=False):
                 if constants is None:
                     continue  # gpu_missing: gone from the bus
@@ -634,6 +656,7 @@ class SimulatedFleet:
                     "ecc_uncorrected": ecc, "xid": [xid] if xid else [],
                     "pcie_tx": pcie_tx, "pcie_rx": pcie_rx, "nvlink_tx": nvlink_tx, "nvlink_rx": nvlink_rx,
                     "energy": energy,
+                    "sm_active": sm_active, "tensor_active": tensor_active, "dram_active": dram_active,
                     "processes": [] if process is None else [{**process, "mem_used": mem_used - RESERVED_MEM}],
                 })
             samples.append({
@@ -649,7 +672,8 @@ class SimulatedFleet:
 
 # _step's per-GPU arrays in the order _render unpacks them.
 _COLUMNS = ("util", "mem_util", "mem_used", "temp", "power", "sm_clock", "fan", "throttle", "ecc", "xid",
-            "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx", "energy", "lost")
+            "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx", "energy", "sm_active", "tensor_active", "dram_active",
+            "lost")
 
 # Faults that set a flag per GPU; "xid" carries a code and the node faults set one per node.
 _GPU_FLAG_FAULTS = ("hot", "ecc", "lost", "gpu_missing", "pcie_degraded", "row_remap_pending", "nvlink_down")
@@ -672,7 +696,8 @@ def _healthy_readings(model: GpuModel) -> dict:
 
 
 # Everything but identity is unknown once a GPU is off the bus.
-_READINGS = (*GPU_METRIC_NAMES, "energy", "throttle", "xid", "processes", *_healthy_readings(MODELS[0]))
+_READINGS = (*GPU_METRIC_NAMES, "energy", *ACTIVITY_READINGS, "throttle", "xid", "processes",
+             *_healthy_readings(MODELS[0]))
 
 # What each GPU fault that changes health readings changes.
 _READING_FAULTS = {

@@ -7,7 +7,8 @@ delivers webhooks, apart, so a slow receiver never delays a job, and
 is on). All record through the models, hence Django first.
 Each worker process runs the benchmark reaper (dashboard/benchmarks/reaper.py)
 while it runs, and the scheduler worker the drain sweeper
-(dashboard/scheduler/sweeper.py).
+(dashboard/scheduler/sweeper.py) and the planned-drain pass
+(dashboard/scheduler/planned.py).
 """
 
 import os
@@ -23,8 +24,10 @@ from celery.signals import worker_ready, worker_shutdown  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from dashboard.benchmarks.reaper import Reaper  # noqa: E402
+from dashboard.celery_app import app  # noqa: E402
+from dashboard.scheduler.planned import PlannedDrains  # noqa: E402
 from dashboard.scheduler.sweeper import Sweeper  # noqa: E402
-from workers.celery_app import SCHEDULER_QUEUE, app  # noqa: E402
+from gpulse.celery_contract import SCHEDULER_QUEUE  # noqa: E402
 
 app.conf.broker_url = settings.REDIS_URL
 app.autodiscover_tasks(["dashboard.alerts", "dashboard.benchmarks", "dashboard.scheduler"], related_name="tasks")
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 
 _reaper = Reaper()
 _sweeper = Sweeper()
+_planned_drains = PlannedDrains()
 
 
 def consumes(consumer, queue: str) -> bool:
@@ -46,10 +50,12 @@ def start_reaper(sender, **_) -> None:
     _reaper.start()
     if settings.GPULSE_SLURM_DRAIN and consumes(sender, SCHEDULER_QUEUE):
         _sweeper.start()
-        log.info("drain sweeper started: every %g s", _sweeper.interval_s)
+        _planned_drains.start()
+        log.info("drain sweeper and planned-drain pass started: every %g s", _sweeper.interval_s)
 
 
 @worker_shutdown.connect
 def stop_reaper(**_) -> None:
     _reaper.stop()
     _sweeper.stop()
+    _planned_drains.stop()

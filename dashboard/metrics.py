@@ -9,7 +9,7 @@ GPU gauges (its last values are not current, and Prometheus would store
 them as if they were), and a reading the GPU does not report is left out,
 never exported as 0. Node status is always exported.
 
-Node health (dashboard/live/node_health.py): ``gpulse_node_health`` is the
+Node health (dashboard/health/node_health.py): ``gpulse_node_health`` is the
 verdict's level (0 healthy, 1 degraded, 2 failing), absent while a node has no
 verdict (down, or no health checks): "unknown" is no number to compare, as a
 null reading is left out. ``gpulse_health_check`` is 1 for each finding
@@ -39,15 +39,17 @@ from dashboard.accounts.metrics_token import presents_metrics_token
 from dashboard.alerts.evaluate import firing_count
 from dashboard.alerts.models import STATUSES, Transition
 from dashboard.benchmarks.models import BenchmarkJob
-from dashboard.live.cluster import read_cluster, read_health
+from dashboard.health.node_health import NodeHealth
+from dashboard.health.reading import read_health
+from dashboard.live.cluster import read_cluster
 from dashboard.live.health import read_heartbeat
-from dashboard.live.node_health import NodeHealth
+from dashboard.reliability.metrics import reliability_families
 from gpulse.health import VERDICT_LEVEL
+from gpulse.job_status import JobStatus
 from gpulse.schema import GPU_METRICS
 from gpulse.status import NODE_STATUSES, UP
 from gpulse.throttle import THROTTLE_REASONS
 from gpulse.usage import is_allocated, is_idle_allocated, owner
-from workers.job_status import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,8 @@ OTHER_METRICS = (
     "gpulse_ingest_twin_dropped_samples_total",
     "gpulse_alert_evaluation_ok",
     "gpulse_alert_proposals_failed_total",
+    "gpulse_incidents_total",
+    "gpulse_node_mtbf_seconds",
 )
 # Every series name /metrics can export (the Grafana dashboard's test checks against it).
 EXPORTED_NAMES = (frozenset(name for name, _, _ in GPU_GAUGES.values())
@@ -284,6 +288,7 @@ class ClusterCollector:
         yield from benchmark_families()
         yield from alert_families()
         yield from ingest_families()
+        yield from reliability_families()
 
 
 @login_not_required  # Prometheus has no session: the view checks the token itself

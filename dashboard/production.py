@@ -114,6 +114,8 @@ def apply(settings: dict) -> None:
     settings["SECURE_CONTENT_TYPE_NOSNIFF"] = True
     settings["SECURE_REFERRER_POLICY"] = "same-origin"
     settings["X_FRAME_OPTIONS"] = "DENY"
+    # Fault injection belongs to a simulated fleet: a real cluster's pages do not offer it unless asked.
+    settings["GPULSE_SIMULATOR"] = env_bool("GPULSE_SIMULATOR", False)
 
     token = settings.get("GPULSE_METRICS_TOKEN") or ""
     if token and len(token) < MIN_METRICS_TOKEN_LENGTH:

@@ -3,6 +3,7 @@
 import datetime as dt
 import re
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import dj_database_url
 from csp.constants import NONE, SELF
@@ -11,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from dashboard import production
 from dashboard.env import env_bool, env_float, env_int, env_list, env_str
 from gpulse.keys import DEFAULT_PREFIX, DEFAULT_REDIS_URL, Keys
-from workers.sweep_spec import DEFAULT_MAX_BYTES
+from gpulse.sweep_spec import DEFAULT_MAX_BYTES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The one Plotly.js the pages load (templates/plotly.html); devtools/plotly_css.py reads its styles.
@@ -34,11 +35,14 @@ INSTALLED_APPS = [
     "channels",
     "dashboard.accounts",
     "dashboard.live",
+    "dashboard.health",
+    "dashboard.probes",
     "dashboard.benchmarks",
     "dashboard.alerts",
     "dashboard.scheduler",
     "dashboard.usage",
     "dashboard.simulator",
+    "dashboard.reliability",
     "axes",
 ]
 
@@ -219,17 +223,26 @@ GPULSE_USAGE_ACCOUNTING = env_bool("GPULSE_USAGE_ACCOUNTING", True)
 GPULSE_USAGE_FLUSH_INTERVAL = env_float("GPULSE_USAGE_FLUSH_INTERVAL", 60.0, minimum=0.1)
 GPULSE_BUSY_UTIL = env_float("GPULSE_BUSY_UTIL", 5.0, minimum=0.0, maximum=100.0)
 # Seconds a GPU must stay allocated and idle (same owner) before /usage/, its API and the overview's
-# KPI count it: a checkpoint's dip of a few seconds is not an idle allocation (dashboard/live/idle.py).
+# KPI count it: a checkpoint's dip of a few seconds is not an idle allocation (dashboard/usage/idle.py).
 GPULSE_IDLE_MIN_SECONDS = env_float("GPULSE_IDLE_MIN_SECONDS", 600.0, minimum=0.0)
 GPULSE_PRICE_GPU_HOUR = env_float("GPULSE_PRICE_GPU_HOUR", 2.5, minimum=0.0)
 GPULSE_PRICE_KWH = env_float("GPULSE_PRICE_KWH", 0.15, minimum=0.0)
-# What ingest wires into live each tick: the alert evaluator (a class) and the
-# cluster summary (a function), by dotted path so that live imports neither app.
-GPULSE_INGEST_EVALUATOR = "dashboard.alerts.evaluate.AlertEvaluator"
-GPULSE_INGEST_SUMMARY = "dashboard.summary.cluster_summary"
+# The features that ride on ingest, in the order they run each tick (dashboard/live/stages.py); named here, so the
+# live app imports none of them. A stage left out is not run: the frames lose its keys, the rest goes on.
+GPULSE_INGEST_STAGES = env_list("GPULSE_INGEST_STAGES", [
+    "dashboard.health.stage.HealthStage",
+    "dashboard.probes.stage.ProbeStage",
+    "dashboard.usage.stage.IdleStage",
+    "dashboard.alerts.stage.AlertStage",
+    "dashboard.reliability.stage.IncidentStage",
+    "dashboard.benchmarks.stage.BenchmarkSummaryStage",
+    "dashboard.benchmarks.diagnostics_stage.FabricDiagnosticsStage",
+])
 # Seconds a node's clock may differ from Redis' before it is flagged "clock skew"
 # and its samples are placed at their arrival time.
 GPULSE_MAX_CLOCK_SKEW = env_float("GPULSE_MAX_CLOCK_SKEW", 30.0, minimum=1.0)
+# A node down this long (seconds) opens a reliability incident (dashboard/reliability/tracker.py).
+GPULSE_INCIDENT_MIN_DOWN = env_float("GPULSE_INCIDENT_MIN_DOWN", 120.0, minimum=0.0)
 # Seconds a node may stay down before ingest forgets it (known nodes, recent points, frames).
 GPULSE_NODE_FORGET_AFTER = env_float("GPULSE_NODE_FORGET_AFTER", 7 * 86400.0, minimum=60.0)
 # Seconds an ingest consumer with nothing pending may stay idle before it is removed from the group.
@@ -257,6 +270,9 @@ GPULSE_WEBHOOK_RETRY_BASE = env_float("GPULSE_WEBHOOK_RETRY_BASE", 2.0, minimum=
 # Attempts in flight to one endpoint at once, across every webhook worker: a
 # slow receiver holds at most this many worker threads.
 GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY = env_int("GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY", 2, minimum=1)
+# Seconds a node's notification waits after its first alert for the others of the same event (Alertmanager's
+# group_wait): Xid 79 on 8 GPUs, or several checks failing together, page once. 0: sent as soon as it can be.
+GPULSE_ALERT_GROUP_WAIT = env_float("GPULSE_ALERT_GROUP_WAIT", 10.0, minimum=0.0, maximum=600.0)
 # Slurm drain (alert rules with "drain"): off unless enabled; the scheduler
 # worker (celery -Q scheduler) runs scontrol, found at GPULSE_SCONTROL, each
 # call cut off after GPULSE_SCONTROL_TIMEOUT seconds. A failed call is tried
@@ -266,6 +282,24 @@ GPULSE_SCONTROL = env_str("GPULSE_SCONTROL", "scontrol")
 GPULSE_SCONTROL_TIMEOUT = env_float("GPULSE_SCONTROL_TIMEOUT", 10.0, minimum=0.1, maximum=120.0)
 GPULSE_DRAIN_MAX_ATTEMPTS = env_int("GPULSE_DRAIN_MAX_ATTEMPTS", 5, minimum=1, maximum=20)
 GPULSE_DRAIN_RETRY_BASE = env_float("GPULSE_DRAIN_RETRY_BASE", 5.0, minimum=0.0)
+# slurmctld's time zone: scontrol stamps a drain's reason in its local time.
+GPULSE_SLURM_TIME_ZONE = env_str("GPULSE_SLURM_TIME_ZONE", "UTC")
+try:
+    ZoneInfo(GPULSE_SLURM_TIME_ZONE)
+except (ZoneInfoNotFoundError, ValueError):
+    raise ImproperlyConfigured(
+        f"GPULSE_SLURM_TIME_ZONE must be an IANA time zone such as Europe/Paris, not {GPULSE_SLURM_TIME_ZONE!r}"
+    ) from None
+# A drain a person made for maintenance makes the incidents that begin after it planned
+# (dashboard/scheduler/planned.py): a drain whose Slurm reason matches this regex, searched
+# case-insensitively. Slurm, NHC and gpulse drain nodes too, under other reasons: those are failures.
+GPULSE_PLANNED_DRAIN_REASON = env_str("GPULSE_PLANNED_DRAIN_REASON", r"\b(maint\w*|planned|upgrad\w*|firmware)\b")
+try:
+    re.compile(GPULSE_PLANNED_DRAIN_REASON)
+except re.error as exc:
+    raise ImproperlyConfigured(
+        f"GPULSE_PLANNED_DRAIN_REASON is not a regular expression ({exc}): {GPULSE_PLANNED_DRAIN_REASON!r}"
+    ) from None
 # Drain rate limits (dashboard/scheduler/limits.py): gpulse drains one node at
 # most once per GPULSE_DRAIN_NODE_INTERVAL seconds, and at most
 # GPULSE_DRAIN_MAX_NODES_PER_HOUR nodes in any hour; a drain over either waits.
@@ -280,6 +314,9 @@ if GPULSE_EXTERNAL_URL and not re.match(r"https?://[^/?#]+", GPULSE_EXTERNAL_URL
     )
 # Open websockets one user may hold across every web process (a tab holds one or two).
 GPULSE_WS_MAX_PER_USER = env_int("GPULSE_WS_MAX_PER_USER", 20, minimum=1)
+# The simulator page and its fault API (dashboard/simulator/), for a simulated fleet such as `make demo`'s:
+# on by default here, off under GPULSE_ENV=production unless set to true (dashboard/production.py).
+GPULSE_SIMULATOR = env_bool("GPULSE_SIMULATOR", True)
 
 LOGGING = {
     "version": 1,

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -13,18 +14,28 @@ account_urls = [
     path("accounts/password_change/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
 ]
 
+# Fault injection for a simulated fleet: absent (404) unless GPULSE_SIMULATOR, which production leaves off.
+simulator_urls = [
+    path("alerts/simulator/", include("dashboard.simulator.urls")),
+    path("api/v1/", include("dashboard.simulator.api_urls")),
+]
+
 urlpatterns = [
     *account_urls,
     path("admin/", admin.site.urls),
-    path("alerts/simulator/", include("dashboard.simulator.urls")),
+    *(simulator_urls if settings.GPULSE_SIMULATOR else []),
     path("alerts/", include("dashboard.alerts.urls")),
     path("benchmarks/", include("dashboard.benchmarks.urls")),
     path("api/v1/", include("dashboard.benchmarks.api_urls")),
     path("api/v1/", include("dashboard.alerts.api_urls")),
+    # Before live's, whose nodes/<path:name> would take "n1/health" as a node's name.
+    path("api/v1/", include("dashboard.health.api_urls")),
     path("api/v1/", include("dashboard.live.api_urls")),
-    path("api/v1/", include("dashboard.simulator.api_urls")),
     path("api/v1/", include("dashboard.usage.api_urls")),
+    path("api/v1/", include("dashboard.reliability.api_urls")),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("usage/", include("dashboard.usage.urls")),
+    path("reliability/", include("dashboard.reliability.urls")),
+    path("health/", include("dashboard.health.urls")),
     path("", include("dashboard.live.urls")),
 ]

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from collectors.arguments import positive_int
 from devtools.redis_server import free_port
+from gpulse.sweep_spec import DTYPES, SweepSpec, busbw, parse_size, sweep_sizes
 from workers.launcher import run_node
-from workers.sweep_spec import DTYPES, SweepSpec, busbw, parse_size, sweep_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ def run_plain(world: int, sizes: list[int], warmup: int, iters: int) -> dict[int
     if any(proc.returncode for proc in procs):
         raise SystemExit(f"plain loop failed: exit codes {[proc.returncode for proc in procs]}")
     seconds = json.loads(outputs[0])
-    return {size: busbw(size / seconds[str(size)] / 1e9, world) for size in sizes}
+    return {size: busbw("all_reduce", size / seconds[str(size)] / 1e9, world) for size in sizes}
 
 
 def run_engine(world: int, min_bytes: int, max_bytes: int, factor: int, warmup: int,

@@ -21,8 +21,9 @@ import django
 
 
 def fleet(nodes: int, gpus: int) -> dict[str, dict]:
-    from gpulse.health import CHECK_IDS
+    from gpulse.health import CHECKS, CLUSTER
 
+    checked = [check.id for check in CHECKS if check.scope != CLUSTER]  # what a collector runs
     samples = {}
     for i in range(nodes):
         name = f"node-{i:04d}"
@@ -31,7 +32,7 @@ def fleet(nodes: int, gpus: int) -> dict[str, dict]:
             "v": 1, "node": name, "ts": 0.0, "interval": 1.0,
             "gpus": [{"index": g, "name": "NVIDIA H100 80GB HBM3"} for g in range(gpus)],
             "system": {"driver": "535.104.05" if i % 100 == 0 else "550.54.15", "cuda": "12.4"},
-            "health": {"checked": list(CHECK_IDS[:-1]), "findings": findings if i % 50 == 0 else []},
+            "health": {"checked": checked, "findings": findings if i % 50 == 0 else []},
         }
     return samples
 
@@ -45,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
     django.setup()
-    from dashboard.live.node_health import NodeHealthBook
+    from dashboard.health.node_health import NodeHealthBook
 
     samples = fleet(args.nodes, args.gpus_per_node)
     cluster = {name: SimpleNamespace(status="up") for name in samples}

@@ -70,8 +70,8 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int, usage_flush: i
     from django.core.management import call_command
 
     from dashboard.live import rollups
-    from dashboard.live.idle import IdleAllocations
     from dashboard.live.models import ClusterUsage, GpuRollup, GpuUsage, UsageHour
+    from dashboard.usage.idle import IdleAllocations
 
     call_command("migrate", verbosity=0)
     from dashboard.live.frames import gpu_row

@@ -37,10 +37,10 @@ import pynvml
 from collectors.arguments import positive_float
 from collectors.health_checks import HealthChecks
 from collectors.nvml import NvmlSource
+from gpulse.sweep_spec import SweepSpec
 from gpulse.throttle import throttle_reasons
 from workers.launcher import run_node
 from workers.report import table_lines, wrong_total
-from workers.sweep_spec import SweepSpec
 
 MIB = 1 << 20
 

@@ -40,13 +40,14 @@ import redis
 from collectors.arguments import positive_float, positive_int
 from devtools.celery_process import spawn_worker, stop_workers
 from devtools.redis_server import EmbeddedRedis, free_port, redis_server_binary
+from gpulse import job_events
+from gpulse.celery_contract import node_broker, node_queue, node_transport_options
+from gpulse.heartbeat import workerless
+from gpulse.job_status import JobStatus
 from gpulse.keys import Keys
-from workers import job_events
-from workers.celery_app import app, node_broker, node_queue, node_transport_options
-from workers.heartbeat import workerless
-from workers.job_status import JobStatus
+from gpulse.sweep_spec import BACKENDS, DTYPES, Row, SpecError, SweepSpec, format_size, parse_size
+from workers.celery_app import app
 from workers.report import table_lines, wrong_total
-from workers.sweep_spec import BACKENDS, DTYPES, Row, SpecError, SweepSpec, format_size, parse_size
 
 # The Redis is this check's own: no other job can hold this id.
 JOB_ID = 1
@@ -70,7 +71,7 @@ def start_worker(node: str, pool: str, redis_url: str, log: Path) -> subprocess.
 
 
 def wait_for_heartbeat(worker: subprocess.Popen, client: redis.Redis, keys: Keys, node: str) -> dict:
-    """Wait for the worker's heartbeat, as a launch needs it (workers/heartbeat.py), and return its value."""
+    """Wait for the worker's heartbeat, as a launch needs it (gpulse/heartbeat.py), and return its value."""
     deadline = time.monotonic() + WORKER_START_S
     while workerless(client, keys, [node]):
         if worker.poll() is not None:
@@ -115,7 +116,7 @@ def read_until_done(worker: subprocess.Popen, log: Path, task_id: str, client: r
         if time.monotonic() > deadline:
             seen = ", ".join(sorted({event["kind"] for event in events})) or "nothing"
             raise CheckFailed(f"no node_done on the job's events stream within {timeout:g} s (it had {seen})")
-        # The node writes only to its own events stream of the job (workers/job_events.py).
+        # The node writes only to its own events stream of the job (gpulse/job_events.py).
         for entry in job_events.read(client, keys, JOB_ID, after, [node], block_ms=500):
             event = entry.event
             if event is None or entry.source != node:

@@ -80,11 +80,13 @@ class Stack:
             # The simulated nodes all live on this machine: benchmark ranks meet on loopback.
             GPULSE_RENDEZVOUS_ADDR="127.0.0.1",
             # One node worker serves every simulated node, in one broker key space of its own
-            # (workers/celery_app.py node_broker): the control worker sends their tasks there.
+            # (gpulse/celery_contract.py node_broker): the control worker sends their tasks there.
             GPULSE_SIMULATED_NODES="sim-",
             # ... but the first, which has a worker and key space of its own, as a real node.
             GPULSE_SIMULATED_EXCEPT=self.own_node,
         )
+        # A demo's (and the browser tests') notifications go out a second after their node's first alert.
+        env.setdefault("GPULSE_ALERT_GROUP_WAIT", "1")
         env.update(self.extra_env)
         return env
 

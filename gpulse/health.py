@@ -4,7 +4,8 @@ Every check gives pass / warn / fail / unknown for one GPU, one node, or one
 node against the rest of the cluster. The collector runs the GPU and node
 checks (collectors/health_checks.py) and sends only what is not "pass" as
 findings (docs/ARCHITECTURE.md, "Node health"); the control host adds the
-cluster checks and turns the findings into a verdict per node. The actions are
+cluster checks (version skew, and the fabric diagnostics' results) and turns
+the findings into a verdict per node. The actions are
 written here, on the trusted side: a node sends a check id and its reason, never
 the words an operator is told to act on.
 
@@ -26,6 +27,8 @@ VERDICTS = (HEALTHY, DEGRADED, FAILING)
 VERDICT_LEVEL = {HEALTHY: 0, DEGRADED: 1, FAILING: 2}
 
 GPU, NODE, CLUSTER = "gpu", "node", "cluster"
+# A finding's identity on the control host: (check, GPU index or None, status); its reason is its value.
+FindingKey = tuple[str, int | None, str]
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,15 @@ CHECKS = (
           "nvmlDeviceGetPersistenceMode, GetComputeMode, GetMigMode (nvidia-smi -q)",
           "Set persistence mode (nvidia-smi -pm 1) / the compute mode; reset the GPU for a MIG change",
           "Fix the GPU configuration"),
+    Check("gpu_tests", GPU, "GPU tests",
+          "from the node's last `python -m workers.healthcheck --record` run (collector --gpu-test-record): "
+          "fail: the GPU's device-memory, PCIe or bf16 matmul test below its floor for the GPU model; "
+          "unknown: a test that could not run or has no published figure to judge by; until a later run "
+          "passes it",
+          "workers/gpu_checks.py against the GPU model's published figures, as nvbandwidth and a burn-in measure",
+          "Run the health check again while the GPU is idle",
+          "Drain the node and run `python -m workers.healthcheck` without --quick; replace the GPU if it fails "
+          "again"),
     Check("gpu_count", NODE, "GPU count",
           "fail: fewer GPUs than expected (--expected-gpus, else the count first seen)",
           "nvmlDeviceGetCount; Node Problem Detector 'GPU missing'",
@@ -125,6 +137,14 @@ CHECKS = (
           "nvmlSystemGetDriverVersion, nvmlSystemGetCudaDriverVersion; NCCL needs matching versions",
           "Upgrade the node to the fleet's driver and CUDA version",
           "Upgrade the node to the fleet's driver and CUDA version"),
+    Check("fabric", CLUSTER, "Fabric bandwidth",
+          "from the newest fabric sweep or bisection over the node (dashboard/benchmarks/diagnostics.py): "
+          "fail: the median of its links below the sweep's flag fraction of the median of all links, or "
+          "the bisection names it; warn: one of its links below that fraction while its median is not; "
+          "until a later sweep over the node passes",
+          "nccl-tests sendrecv / all_reduce busbw between node pairs, as operators read a node x node matrix",
+          "Check the cable and both switch ports of the named link, then run a fabric sweep again",
+          "Drain the node and check its NICs, cables and switch ports; a fabric sweep that passes clears it"),
 )
 CHECK_IDS = tuple(check.id for check in CHECKS)
 BY_ID = {check.id: check for check in CHECKS}

@@ -102,8 +102,9 @@ class Keys:
         return f"{self.prefix}webhook:{endpoint_id}:leases"
 
     def webhook_line(self, endpoint_id: int) -> str:
-        """Sorted set of the deliveries waiting for a free slot at one webhook endpoint, oldest first."""
-        return f"{self.prefix}webhook:{endpoint_id}:line"
+        """Sorted set of the deliveries waiting for a free slot at one webhook endpoint, oldest first
+        ("<notification>:<attempt>"; named apart from the line of per-transition deliveries before them)."""
+        return f"{self.prefix}webhook:{endpoint_id}:waiting"
 
     @property
     def simulator_faults(self) -> str:
@@ -127,7 +128,7 @@ class Keys:
     def node_broker_prefix(self, broker: str) -> str:
         """Prefix of one node worker's Celery key space: its queue, bindings and unacked hash.
 
-        ``broker`` is the node's name, or workers.celery_app.SIMULATED_BROKER for the demo's
+        ``broker`` is the node's name, or gpulse.redis_acl.SIMULATED_BROKER for the demo's
         one worker of every simulated node."""
         return f"{self.prefix}nodeq:{broker}:"
 

@@ -161,7 +161,7 @@ def _nodeworker(prefix: str, user: str, broker: str, nodes: str) -> AclUser:
     return _user(user, keys, (), NODE_CELERY_WORKER)
 
 
-# The demo's simulated node worker's broker name (workers/celery_app.py SIMULATED_BROKER).
+# The demo's simulated node worker's broker name (gpulse/celery_contract.py node_broker).
 SIMULATED_BROKER = "@simulated"
 
 

@@ -1,6 +1,7 @@
 """Telemetry sample, version 1: the one format every source produces.
 
-Units: bytes, bytes/s, W, °C, MHz, %, mJ. A metric the GPU does not support is
+Units: bytes, bytes/s, W, °C, MHz, %, mJ, and ratios 0-1 for the GPM activity
+readings (ACTIVITY_METRICS), as DCGM gives them. A metric the GPU does not support is
 None (JSON null), never 0. A GPU that fell off the bus stays in the list with
 ``lost: True`` and every reading None.
 
@@ -55,12 +56,44 @@ GPU_METRICS = (
     Metric("fan", "%", "fan speed (fan.speed); null on passively cooled boards", 0, 100),
     Metric("ecc_uncorrected", "count", "volatile uncorrected ECC errors (ecc.errors.uncorrected.volatile.total)",
            0, 2**53),
-    Metric("pcie_tx", "bytes/s", "PCIe transmit throughput", 0, 1e13),
-    Metric("pcie_rx", "bytes/s", "PCIe receive throughput", 0, 1e13),
-    Metric("nvlink_tx", "bytes/s", "NVLink transmit throughput, all links", 0, 1e13),
-    Metric("nvlink_rx", "bytes/s", "NVLink receive throughput, all links", 0, 1e13),
+    # The same quantities as GPM's PCIE_TX/RX_PER_SEC and NVLINK_TOTAL_TX/RX_PER_SEC and DCGM's
+    # DCGM_FI_PROF_PCIE_TX/RX_BYTES and DCGM_FI_PROF_NVLINK_TX/RX_BYTES: one reading each, whichever
+    # source gave it, so the activity readings below add no PCIe or NVLink fields of their own.
+    Metric("pcie_tx", "bytes/s", "PCIe transmit throughput (nvidia-smi dmon -s t: txpci)", 0, 1e13),
+    Metric("pcie_rx", "bytes/s", "PCIe receive throughput (nvidia-smi dmon -s t: rxpci)", 0, 1e13),
+    Metric("nvlink_tx", "bytes/s", "NVLink transmit throughput, all links (DCGM_FI_PROF_NVLINK_TX_BYTES)", 0, 1e13),
+    Metric("nvlink_rx", "bytes/s", "NVLink receive throughput, all links (DCGM_FI_PROF_NVLINK_RX_BYTES)", 0, 1e13),
 )
 GPU_METRIC_NAMES = tuple(m.name for m in GPU_METRICS)
+# What the GPU's units did over the last interval, where util only says a kernel ran: NVML's GPU
+# Performance Monitoring (GPM, Hopper and newer; nvidia-smi dmon --gpm-metrics N shows metric N) or
+# DCGM's profiling fields. Ratios 0-1 of time or cycles, as DCGM gives them (NVML's GPM gives 0-100,
+# the nvml source divides). Null where neither is supported (before Hopper through NVML), never 0.
+ACTIVITY_METRICS = (
+    Metric("gr_active", "ratio", "graphics engine active: any graphics or compute context "
+           "(DCGM_FI_PROF_GR_ENGINE_ACTIVE; GPM metric 1, GRAPHICS_UTIL)", 0, 1),
+    Metric("sm_active", "ratio", "SMs with at least one warp resident, averaged over the SMs "
+           "(DCGM_FI_PROF_SM_ACTIVE; GPM 2, SM_UTIL)", 0, 1),
+    Metric("sm_occupancy", "ratio", "warps resident over the SMs' maximum "
+           "(DCGM_FI_PROF_SM_OCCUPANCY; GPM 3, SM_OCCUPANCY)", 0, 1),
+    Metric("tensor_active", "ratio", "any tensor pipe active "
+           "(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE; GPM 5, ANY_TENSOR_UTIL)", 0, 1),
+    Metric("tensor_hmma_active", "ratio", "half-precision tensor (HMMA) pipe active "
+           "(DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE; GPM 7)", 0, 1),
+    Metric("tensor_imma_active", "ratio", "integer tensor (IMMA) pipe active "
+           "(DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE; GPM 9)", 0, 1),
+    Metric("tensor_dmma_active", "ratio", "FP64 tensor (DMMA) pipe active "
+           "(DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE; GPM 8)", 0, 1),
+    Metric("dram_active", "ratio", "device memory bandwidth used over its peak "
+           "(DCGM_FI_PROF_DRAM_ACTIVE; GPM 10, DRAM_BW_UTIL)", 0, 1),
+    Metric("fp64_active", "ratio", "FP64 pipe active, tensor math excluded "
+           "(DCGM_FI_PROF_PIPE_FP64_ACTIVE; GPM 11)", 0, 1),
+    Metric("fp32_active", "ratio", "FP32 pipe active, tensor math excluded "
+           "(DCGM_FI_PROF_PIPE_FP32_ACTIVE; GPM 12)", 0, 1),
+    Metric("fp16_active", "ratio", "FP16 pipe active, tensor math excluded "
+           "(DCGM_FI_PROF_PIPE_FP16_ACTIVE; GPM 13)", 0, 1),
+)
+ACTIVITY_METRIC_NAMES = tuple(m.name for m in ACTIVITY_METRICS)
 # Readings added after version 1 first shipped: a source may leave them out
 # (absent reads as null), and readers must not require them.
 OPTIONAL_GPU_METRICS = (
@@ -83,6 +116,7 @@ OPTIONAL_GPU_METRICS = (
     Metric("nvlink_errors", "count",
            "NVLink CRC flit, CRC data, replay and recovery errors, summed over the links that are up "
            "(nvidia-smi nvlink -e)", 0, 2**53),
+    *ACTIVITY_METRICS,
 )
 OPTIONAL_GPU_METRIC_NAMES = tuple(m.name for m in OPTIONAL_GPU_METRICS)
 # Optional per-GPU true/false readings behind the health checks: null when not supported.
@@ -605,16 +639,22 @@ _PROBE_NUMBERS = (("max_bytes", 0, 2**53), ("world_size", 0, 2**20), ("busbw", 0
                   ("wrong", 0, 2**53), ("duration_s", 0, 86400))
 
 
+def json_object(raw: bytes | str, subject: str = "") -> dict:
+    """The JSON object in ``raw``; raise MalformedSample saying what it is not (after ``subject``: "probe is ")."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedSample(f"{subject}not JSON: {exc}") from None
+    if type(value) is not dict:
+        raise MalformedSample(f"{subject}not a JSON object")
+    return value
+
+
 def read_probe(raw: bytes | str) -> dict:
     """Return the probe result in ``raw``, its known fields only; raise MalformedSample."""
     if len(raw) > MAX_ENTRY_BYTES:
         raise MalformedSample(f"probe of {len(raw)} bytes, more than {MAX_ENTRY_BYTES}")
-    try:
-        probe = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedSample(f"probe is not JSON: {exc}") from None
-    if type(probe) is not dict:
-        raise MalformedSample("probe is not a JSON object")
+    probe = json_object(raw, "probe is ")
     node, ts, status = probe.get("node"), probe.get("ts"), probe.get("status")
     if not valid_node_name(node):
         raise MalformedSample(f"probe of node {_show(node)}: not a node name")

@@ -9,7 +9,9 @@ keep enforced: give ``wait_for_function`` a function ("() => ..."), since an
 expression string is eval'd inside the page and the policy refuses that.
 """
 
+import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +21,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from devtools.loadtest.browser import CHROMIUM as BROWSER_BINARY
 from devtools.loadtest.browser import CHROMIUM_ARGS, VIEWPORT
+from gpulse.keys import Keys
 
 CHROMIUM = Path(BROWSER_BINARY)
 
@@ -91,17 +94,22 @@ JOB_ENDED = ("() => ['succeeded', 'failed', 'timed_out', 'cancelled']"
              ".includes(document.querySelector('#job-status').textContent.trim())")
 
 
-def launch_finished_job(page: Page, base_url: str) -> str:
-    """Launch a small gloo benchmark on the first free node from the Benchmarks page, wait until it has
-    ended, and return its page's path."""
+def launch_finished_job(page: Page, base_url: str, op: str = "all_reduce", nodes: list[str] | None = None,
+                        max_bytes: str = "4K") -> str:
+    """Launch a small gloo benchmark of ``op`` on ``nodes`` (default: the first free node) from the
+    Benchmarks page, wait until it has ended, and return its page's path."""
     page.goto(f"{base_url}/benchmarks/")
-    page.locator("#node-picker input[name=nodes]:enabled").first.check()
+    page.select_option("#id_op", op)
+    if nodes is None:
+        page.locator("#node-picker input[name=nodes]:enabled").first.check()
+    for node in nodes or ():
+        page.check(f"#node-picker input[value='{node}']")
     page.fill("#id_ranks_per_node", "1")
     page.select_option("#id_backend", "gloo")
     page.fill("#id_min_bytes", "1K")
-    page.fill("#id_max_bytes", "4K")
+    page.fill("#id_max_bytes", max_bytes)
     confirm = page.locator("#id_confirm_held")  # shown while a simulated job holds a node's GPUs
-    if confirm.count():
+    if confirm.is_visible():
         confirm.check()
     with page.expect_navigation():
         page.click("#launch-form button[type=submit]")
@@ -161,3 +169,40 @@ def admin_page(admin_context) -> Page:
     finally:
         page.evaluate("localStorage.clear()")  # choices a test made (heatmap metric) must not leak into the next
         page.close()
+
+
+SWEEP_NODES = ["sim-01", "sim-02", "sim-03", "sim-04"]
+
+
+def finished_sweep(stack, slow: str | None, busbw: float) -> int:
+    """A finished sweep over SWEEP_NODES as sweeps._judge records one, ``slow``'s links at a tenth of the others
+    (None: every link alike)."""
+    links = [{"a": a, "b": b, "busbw": busbw / 10 if slow in (a, b) else busbw}
+             for i, a in enumerate(SWEEP_NODES) for b in SWEEP_NODES[i + 1:]]
+    result = {"links": links, "failed": [], "median": busbw, "slow_nodes": [] if slow is None else [slow],
+              "slow_links": [[link["a"], link["b"]] for link in links if slow in (link["a"], link["b"])],
+              "node_medians": {node: busbw / 10 if node == slow else busbw for node in SWEEP_NODES}}
+    create = ("import json; from django.utils import timezone; from dashboard.benchmarks.models import FabricSweep;"
+              f" print(FabricSweep.objects.create(nodes={SWEEP_NODES!r}, rounds=[], round=3, size_bytes=1 << 20,"
+              " status='succeeded', started=timezone.now(), finished=timezone.now(),"
+              f" result=json.loads({json.dumps(json.dumps(result))})).pk)")
+    return int(stack.manage("shell", "-c", create).splitlines()[-1])
+
+
+@contextmanager
+def passed_afterwards(running_system, timeout: float = 60.0) -> Iterator[None]:
+    """Run the block (which records sweeps with a slow node), then a sweep every node passes, and wait until
+    no node fails the fabric check: ingest holds a sweep's findings until a later one passes them (issue
+    38), and the session's later tests expect a healthy fleet."""
+    try:
+        yield
+    finally:
+        finished_sweep(running_system.stack, None, 1.5)
+        deadline = time.monotonic() + timeout
+        client = running_system.redis()
+        try:
+            while any(b'"check":"fabric"' in record for record in client.hvals(Keys().health)):
+                assert time.monotonic() < deadline, "a node still fails the fabric check after a sweep it passed"
+                time.sleep(0.5)
+        finally:
+            client.close()

@@ -15,8 +15,9 @@ from urllib.parse import quote
 import pytest
 from celery.contrib.testing.worker import start_worker
 
+from dashboard.celery_app import app
 from devtools.celery_process import spawn_worker, stop_workers, wait_ready
-from workers.celery_app import CONTROL_QUEUE, SCHEDULER_QUEUE, WEBHOOK_QUEUE, app, node_queue
+from gpulse.celery_contract import CONTROL_QUEUE, SCHEDULER_QUEUE, WEBHOOK_QUEUE, node_queue
 
 
 class NodeWorkers:
@@ -25,11 +26,12 @@ class NodeWorkers:
         self.log_dir = log_dir
         self.processes: dict[str, subprocess.Popen] = {}
 
-    def start(self, *nodes: str, timeout: float = 60) -> None:
+    def start(self, *nodes: str, timeout: float = 60, env: dict | None = None) -> None:
+        """Start a worker for each of ``nodes``, with ``env`` added to its environment."""
         for node in nodes:
             self.processes[node] = spawn_worker(
                 ["workers.node_worker", "worker", "-Q", node_queue(node), "-n", f"{node}@test", "--pool", "solo"],
-                self.log_dir / f"worker-{node}.log", {"REDIS_URL": self.redis_url},
+                self.log_dir / f"worker-{node}.log", {"REDIS_URL": self.redis_url, **(env or {})},
             )
         deadline = time.monotonic() + timeout
         for node in nodes:

@@ -19,6 +19,21 @@ pytest_plugins = (
 )
 
 
+# Fixtures through which a test reaches the suite's database: pytest-django's
+# (every db fixture needs django_db_setup), the control-host workers (they get
+# its DATABASE_URL) and the rollup database of test_ingest_durability.
+DATABASE_FIXTURES = frozenset({"django_db_setup", "control_worker", "control_process", "scheduler_worker", "database",
+                               "postgres_database"})
+
+
+def pytest_collection_modifyitems(items):
+    """Mark the tests that reach the database: CI runs only those again on PostgreSQL,
+    as the others do the same on either."""
+    for item in items:
+        if item.get_closest_marker("django_db") or DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.database)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> EmbeddedRedis:
     return redis_session.server

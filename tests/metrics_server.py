@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import orjson
 import redis
 
-from dashboard.live.node_health import NodeHealthBook
+from dashboard.health.node_health import NodeHealthBook
 from gpulse import schema
 from gpulse.keys import Keys
 from gpulse.status import UP

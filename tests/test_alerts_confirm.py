@@ -6,6 +6,7 @@ import pytest
 from django.utils import timezone
 
 from dashboard.alerts.models import DeliveryAttempt, Rule, Silence, WebhookEndpoint
+from dashboard.live.templatetags.local_time import local_time
 from tests.test_alerts_pages import _active_alerts
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +54,7 @@ def test_expiring_a_silence_asks_first_saying_what_it_ends(admin):
     assert f'href="/alerts/silences/{silence.id}/expire"' in page and "<form" not in page
     question = _question(admin.get(f"/alerts/silences/{silence.id}/expire"))
     assert "Expire the silence of node gpu-0*?" in question
-    assert f"until {silence.until:%Y-%m-%d %H:%M} UTC" in question and "what it mutes notifies again" in question
+    assert f"until {local_time(silence.until, 'minute')}: what it mutes notifies again" in question
     silence.refresh_from_db()
     assert silence.until > timezone.now()
     admin.post(f"/alerts/silences/{silence.id}/expire")

@@ -57,7 +57,7 @@ def test_xid_79_pages_critical_with_its_action_and_the_warning_rule_stays_quiet(
     assert fired("GPU XID error") == []
 
     endpoint = WebhookEndpoint.objects.create(name="pager", url=receiver.url, format="alertmanager")
-    assert delivery.attempt(endpoint, Event.from_transition(page), 1, page).outcome == "ok"
+    assert delivery.attempt(endpoint, Event.from_transitions(page.event_id, [page]), 1).outcome == "ok"
     [alert] = orjson.loads(receiver.wait_for(1)[0]["body"])["alerts"]
     assert alert["labels"]["severity"] == "critical"
     assert xid79.action in orjson.dumps(alert).decode()

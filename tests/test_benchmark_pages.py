@@ -2,6 +2,7 @@
 page (status, progress, versions, run again) and the compare page (issue 18)."""
 
 import datetime as dt
+import json
 import re
 import time
 
@@ -292,6 +293,25 @@ def test_the_picker_names_who_holds_a_node_and_a_launch_there_needs_a_confirmati
     assert launched.detail["held"] == {"bench-b": "Slurm job 41002 (user <b>alice</b>) on 2 of 2 GPUs"}
 
 
+def held_question(html: str) -> str:
+    return re.search(r'<div class="held-confirm" id="held-confirm"[^>]*>', html).group(0)
+
+
+def test_the_picker_asks_about_held_nodes_only_when_a_chosen_one_is_held(client, operator_user, live_nodes,
+                                                                         redis_client):
+    """Issue 32: the question showed whenever any listed node was held. Its script shows it as a held node is
+    ticked (test_oncall_browser.py); without one the page shows it only when the server asks."""
+    with_workers(redis_client, *live_nodes)
+    held_by_a_slurm_job(redis_client, "bench-b")
+    client.force_login(operator_user)
+    assert "hidden" in held_question(client.get("/benchmarks/").content.decode())
+    response = launch_form(client, ["bench-b"])
+    assert response.status_code == 400 and "hidden" not in held_question(response.content.decode())
+    # Only bench-a chosen, held bench-b listed beside it: launched without a question.
+    assert launch_form(client, ["bench-a"]).status_code == 302
+    assert BenchmarkJob.objects.get().nodes == ["bench-a"]
+
+
 def test_the_api_refuses_a_launch_onto_a_held_node_without_confirm_held(client, operator_user, live_nodes,
                                                                         redis_client):
     with_workers(redis_client, *live_nodes)
@@ -313,9 +333,9 @@ def test_the_cli_refuses_a_held_node_unless_told_confirm_held(live_nodes, redis_
     with pytest.raises(CommandError, match=r"confirm_held: a job holds GPUs of the chosen nodes \(bench-a: Slurm job"):
         call_command("allreduce", "--nodes", "bench-a", "--backend", "gloo", "--max-bytes", "4K")
     assert BenchmarkJob.objects.count() == 0
-    job = launch_job({"nodes": ["bench-a"], "ranks_per_node": 1, "backend": "gloo", "dtype": "float32",
-                      "min_bytes": 1024, "max_bytes": 4096, "factor": 2, "warmup": 1, "iters": 1, "no_check": False,
-                      "timeout": 60, "confirm_held": True})
+    job = launch_job({"op": "all_reduce", "nodes": ["bench-a"], "ranks_per_node": 1, "backend": "gloo",
+                      "dtype": "float32", "min_bytes": 1024, "max_bytes": 4096, "factor": 2, "warmup": 1, "iters": 1,
+                      "no_check": False, "timeout": 60, "confirm_held": True})
     assert job.nodes == ["bench-a"]
 
 
@@ -332,3 +352,21 @@ def test_a_node_several_jobs_hold_names_the_largest_and_lists_all_in_its_title(c
     assert 'title="held by Slurm job 41002 (user alice) on 2 of 3 GPUs; Slurm job 41003 (user bob) on 1 of 3 GPUs"' \
         in choice
     assert '<span class="node-holder">⚠ held by Slurm job 41002 (user alice) on 2 of 3 GPUs and 1 more</span>' in choice
+
+
+def test_a_node_a_sample_late_can_be_chosen_and_a_down_one_cannot(client, operator_user, redis_client):
+    """A stale node vanished from the form's choices, so a launch a loaded host judged a second late failed
+    with Django's "not one of the available choices"; its worker's heartbeat decides, as for an up node."""
+    keys, now = Keys(), time.time()
+    for name, arrived in (("late-a", now - 25), ("late-b", now - 25), ("gone-c", now - 100)):
+        redis_client.set(keys.node(name), schema.encode(sample(name, gpus=2, ts=arrived, interval=10)))
+        redis_client.hset(keys.known_nodes, name, json.dumps({"ts": arrived, "arrived": arrived, "interval": 10}))
+    with_workers(redis_client, "late-a", "late-b", "gone-c")
+    client.force_login(operator_user)
+    page = client.get("/benchmarks/").content.decode()
+    assert 'value="late-a"' in page and 'value="gone-c"' not in page  # stale: 25 s > 2 × 10; down: past 30 s
+    response = launch_form(client, ["late-a", "late-b"], ranks_per_node="1")
+    assert response.status_code == 302, node_errors(response)
+    assert BenchmarkJob.objects.get().nodes == ["late-a", "late-b"]
+    response = launch_form(client, ["gone-c", "late-a"], ranks_per_node="1")
+    assert response.status_code == 400 and "gone-c is not one of the available choices" in node_errors(response)

@@ -5,9 +5,9 @@ import re
 
 import pytest
 
+from gpulse import job_events
 from gpulse.keys import Keys
 from tests.browser import JOB_ENDED, log_in
-from workers import job_events
 
 pytestmark = pytest.mark.browser
 

@@ -103,7 +103,7 @@ def test_a_node_with_a_skewed_clock_is_up_and_badged_then_forgotten(small_system
     try:
         row = f"#node-table tr[data-node='{node.name}']"
         small_page.wait_for_selector(f"{row} .tag:has-text('clock skew −60 min')")
-        assert small_page.text_content(f"{row} .status") == "up"
+        small_page.wait_for_selector(f"{row} .status:text-is('up')")  # live: a late sample reads stale a moment
         assert "behind" in small_page.get_attribute(f"{row} .tag", "title")
 
         node.restart()
@@ -111,7 +111,7 @@ def test_a_node_with_a_skewed_clock_is_up_and_badged_then_forgotten(small_system
         small_page.wait_for_function(
             "() => document.getElementById('node-restarts').textContent === 'collector restarted 1 time'"
         )
-        assert small_page.text_content("#node-status") == "up"
+        small_page.wait_for_selector("#node-status:text-is('up')")
         assert "Clock skew −60 min" in small_page.text_content("#node-banner")
         small_page.wait_for_selector("#gpu-table tbody tr:nth-child(2)")
     finally:
@@ -120,12 +120,13 @@ def test_a_node_with_a_skewed_clock_is_up_and_badged_then_forgotten(small_system
     small_page.goto(base + "/")
     small_page.wait_for_selector(f"{row}.row-down")
     assert small_page.text_content("#kpi-nodes") == "2"
-    # Forgotten after FORGET_AFTER_S down (ingest prunes once a minute): the row leaves without a reload.
+    small_page.evaluate("window.notReloaded = true")  # a reload would drop it
+    # Forgotten after FORGET_AFTER_S down (ingest looks every quarter of that): the row leaves without a reload.
     small_page.wait_for_function(
         f"() => !document.querySelector(\"{row}\") && document.getElementById('kpi-nodes').textContent === '1'",
         timeout=(2 * FORGET_AFTER_S + 30) * 1000,
     )
-    assert small_page.evaluate("window.gpulse.frames") > 100  # the same page all along
+    assert small_page.evaluate("window.notReloaded === true")  # the same page all along
 
 
 def test_the_keyboards_cell_follows_its_gpu_as_a_node_comes_and_goes(small_system, small_page):
@@ -147,7 +148,7 @@ def test_the_keyboards_cell_follows_its_gpu_as_a_node_comes_and_goes(small_syste
         wait_picked(small_page, f"{node.name} · GPU 1")
     finally:
         node.stop()
-    # Forgotten (FORGET_AFTER_S down, ingest prunes once a minute): the cell in its place is picked.
+    # Forgotten (FORGET_AFTER_S down, ingest looks every quarter of that): the cell in its place is picked.
     small_page.wait_for_function(
         f"() => ({PICKED})().rows.length === 1", timeout=(2 * FORGET_AFTER_S + 30) * 1000,
     )

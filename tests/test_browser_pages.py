@@ -12,12 +12,14 @@ GPULSE_PAGE_SHOTS=<folder> also saves a full-page screenshot of each, for a pers
 
 import os
 import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.axe import axe_violations, describe
-from tests.browser import launch_finished_job, log_in
+from tests.browser import finished_sweep, launch_finished_job, log_in, passed_afterwards
 from tests.test_browser_usage import DRAWN_OR_EMPTY as USAGE_CHART_DRAWN_OR_EMPTY
 
 pytestmark = pytest.mark.browser
@@ -121,40 +123,51 @@ def test_the_contrast_formula_matches_wcag():
 
 
 @pytest.fixture(scope="module")
-def page_paths(admin_context, running_system) -> dict[str, str]:
-    """Every page a user meets, with the objects some of them show: a job and a webhook."""
+def page_paths(admin_context, running_system) -> Iterator[dict[str, str]]:
+    """Every page a user meets, with the objects some of them show: a job, a webhook, a sweep that fails
+    sim-03's health, so /alerts/ lists its firing alert with the webhook's failed delivery."""
     base = running_system.base_url
     page = admin_context.new_page()
     page.set_default_timeout(15_000)
-    try:
-        # Finished, so the pages show what a finished job adds (the overview's throughput line).
-        job = launch_finished_job(page, base)
+    with passed_afterwards(running_system):
+        try:
+            # Finished, so the pages show what a finished job adds (the overview's throughput line).
+            job = launch_finished_job(page, base)
 
-        page.goto(f"{base}/alerts/webhooks/")
-        page.fill("#id_name", "pages-test receiver with a long name")
-        page.fill("#id_url", "https://receiver.example.com/hooks/gpulse/a-rather-long-path-that-does-not-wrap")
-        with page.expect_navigation():
-            page.click("#webhook-form button[type=submit]")
-        webhook = re.search(r"/alerts/webhooks/\d+/$", page.url).group(0)  # a new webhook opens on its own page
-    finally:
-        page.close()
-    return {
-        "login": "/accounts/login/",
-        "overview": "/",
-        "health": "/health/",
-        "usage": "/usage/",
-        "node": "/nodes/sim-01/",
-        "benchmarks": "/benchmarks/",
-        "job": job,
-        "compare": "/benchmarks/compare/",
-        "alerts": "/alerts/",
-        "rules": "/alerts/rules/",
-        "webhooks": "/alerts/webhooks/",
-        "webhook": webhook,
-        "simulator": "/alerts/simulator/",
-        "password": "/accounts/password_change/",
-        "404": "/no-such-page/",
-    }
+            page.goto(f"{base}/alerts/webhooks/")
+            page.fill("#id_name", "pages-test receiver with a long name")
+            page.fill("#id_url", "https://receiver.example.com/hooks/gpulse/a-rather-long-path-that-does-not-wrap")
+            with page.expect_navigation():
+                page.click("#webhook-form button[type=submit]")
+            webhook = re.search(r"/alerts/webhooks/\d+/$", page.url).group(0)  # a new webhook opens on its page
+            sweep = finished_sweep(running_system.stack, "sim-03", 1.5)
+            # The receiver's name does not resolve: its delivery is retried, and the page says so.
+            deadline = time.monotonic() + 60
+            while not page.goto(f"{base}/alerts/").text().count('class="outcome-retry">pages-test receiver'):
+                assert time.monotonic() < deadline, "no failed delivery to the pages-test receiver listed"
+                time.sleep(1)
+        finally:
+            page.close()
+        yield {
+            "login": "/accounts/login/",
+            "overview": "/",
+            "health": "/health/",
+            "usage": "/usage/",
+            "node": "/nodes/sim-01/",
+            "benchmarks": "/benchmarks/",
+            "job": job,
+            "compare": "/benchmarks/compare/",
+            "sweeps": "/benchmarks/fabric/",
+            "sweep": f"/benchmarks/fabric/{sweep}/",
+            "reliability": "/reliability/",
+            "alerts": "/alerts/",
+            "rules": "/alerts/rules/",
+            "webhooks": "/alerts/webhooks/",
+            "webhook": webhook,
+            "simulator": "/alerts/simulator/",
+            "password": "/accounts/password_change/",
+            "404": "/no-such-page/",
+        }
 
 
 def every_page(chromium, system, paths: dict[str, str], width: str, scheme: str):

@@ -19,9 +19,9 @@ import orjson
 import pytest
 
 from collectors.probe import publish_probe
+from gpulse import job_events
 from gpulse.keys import Keys
 from tests.browser import CELL_POSITION, HEATMAP
-from workers import job_events
 
 pytestmark = pytest.mark.browser
 
@@ -254,7 +254,7 @@ def test_hostile_health_reasons_run_nothing_on_the_health_overview_and_node_page
     client.set(keys.node(PAGE_NODE), orjson.dumps(sample), ex=600)
     client.hset(keys.known_nodes, PAGE_NODE, json.dumps({"ts": sample["ts"], "interval": 60.0}))
     client.hset(keys.health, PAGE_NODE, orjson.dumps(record))
-    changes = ("from dashboard.live.models import HealthChange as H\n"
+    changes = ("from dashboard.health.models import HealthChange as H\n"
                f"H.objects.filter(node={PAGE_NODE!r}).delete()\n")
     running_system.stack.manage("shell", "-c", changes + "from django.utils import timezone\n"
                                 f"H.objects.create(node={PAGE_NODE!r}, at=timezone.now(), old='healthy', new='failing',"

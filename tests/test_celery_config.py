@@ -1,12 +1,12 @@
 """The Celery settings gpulse relies on, chosen on purpose."""
 
-from workers.celery_app import (
+from dashboard.celery_app import app
+from gpulse.celery_contract import (
     BENCHMARK_HARD_LIMIT,
     CONTROL_QUEUE,
     SCHEDULER_QUEUE,
     VISIBILITY_TIMEOUT,
     WEBHOOK_QUEUE,
-    app,
     node_queue,
 )
 
@@ -40,7 +40,7 @@ def test_webhook_tasks_have_their_own_queue_apart_from_benchmark_control():
     assert WEBHOOK_QUEUE != CONTROL_QUEUE
     assert {q.name for q in app.conf.task_queues} == {CONTROL_QUEUE, WEBHOOK_QUEUE, SCHEDULER_QUEUE}
     assert app.tasks["gpulse.alerts.dispatch"].queue == WEBHOOK_QUEUE
-    assert app.tasks["gpulse.alerts.deliver"].queue == WEBHOOK_QUEUE
+    assert app.tasks["gpulse.alerts.deliver_notification"].queue == WEBHOOK_QUEUE
 
 
 def test_scontrol_tasks_have_their_own_queue_apart_from_webhooks_and_benchmarks():

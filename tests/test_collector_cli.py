@@ -3,6 +3,7 @@
 import ctypes
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -129,14 +130,20 @@ def test_once_without_a_driver_exits_2_with_one_line():
 @pytest.mark.skipif(nvml_present(), reason="this machine has an NVIDIA driver")
 def test_without_once_a_missing_driver_is_retried_with_backoff_until_stopped():
     process = start_collector("--source", "nvml", "--stdout")
-    time.sleep(3.5)
+    # Read up to the fourth retry's line: the collector now sleeps 8 s, so a stop
+    # that waited out the backoff would take about 8 s, and one that does not, well under 4.
+    before_stop = []
+    while not before_stop or "retrying in 8 s" not in before_stop[-1]:
+        line = process.stderr.readline().decode()
+        assert line, f"the collector exited: {before_stop}"
+        before_stop.append(line)
     assert process.poll() is None, "the collector must keep retrying, not exit"
     started = time.monotonic()
-    returncode, _, err = stop(process, signal.SIGINT)
-    assert returncode == 0 and time.monotonic() - started < 3, "a stop must not wait out the backoff"
+    returncode, _, rest = stop(process, signal.SIGINT)
+    assert returncode == 0 and time.monotonic() - started < 4, "a stop must not wait out the backoff"
+    err = "".join(before_stop) + rest
     delays = [line.rsplit("retrying in ", 1)[1] for line in err.splitlines() if "retrying in" in line]
-    # Attempts at about 0, 1 and 3 s after start-up: the delay doubles.
-    assert len(delays) >= 2 and delays == ["1 s", "2 s", "4 s", "8 s"][:len(delays)]
+    assert delays == ["1 s", "2 s", "4 s", "8 s"]  # the delay doubles
     assert "Traceback" not in err
 
 
@@ -149,10 +156,10 @@ def test_samples_sit_on_the_wall_clock_grid_without_drift():
     ts = [parse(line)["ts"] for line in out.splitlines()]
     assert len(ts) >= 7
     # The first sample comes at once; the others on whole multiples of the interval
-    # (a sampler with its own phase would miss this window 80 % of the time).
-    for k, t in enumerate(ts[1:], 1):
-        offset = t - round(t / 0.5) * 0.5
-        assert abs(offset) < 0.1, f"sample {k} is {offset:+.3f} s off the grid"
+    # (a sampler with its own phase would miss this window 80 % of the time). The
+    # median, not each one: a loaded machine wakes the sampler late now and then.
+    offsets = [t - round(t / 0.5) * 0.5 for t in ts[1:]]
+    assert statistics.median(abs(o) for o in offsets) < 0.1, f"off the grid by {offsets}"
 
 
 def test_once_into_redis_applies_the_faults_in_the_redis_hash(redis_client, redis_url):

@@ -10,6 +10,7 @@ import redis
 
 from collectors.health_checks import HealthChecks
 from collectors.simulated import (
+    ACTIVITY_READINGS,
     EVAL,
     FIRST_JOB_ID,
     NOTEBOOK_GPU,
@@ -40,8 +41,8 @@ HEALTH_READINGS = {
     "ecc_pending", "persistence", "mig_enabled", "mig_pending", "nvlink_links", "nvlink_links_up", "nvlink_errors",
     "vbios", "compute_mode",
 }
-GPU_FIELDS = {"index", "uuid", "name", "lost", *GPU_METRIC_NAMES, "energy", "throttle", "xid", "processes",
-              *HEALTH_READINGS}
+GPU_FIELDS = {"index", "uuid", "name", "lost", *GPU_METRIC_NAMES, "energy", *ACTIVITY_READINGS, "throttle", "xid",
+              "processes", *HEALTH_READINGS}
 
 
 class FakeClock:

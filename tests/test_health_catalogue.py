@@ -16,17 +16,17 @@ def test_every_check_has_a_unique_id_a_scope_a_rule_a_source_and_both_actions():
         assert all((check.title, check.rule, check.source, check.warn_action, check.fail_action)), check.id
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/ARCHITECTURE.md"])
+@pytest.mark.parametrize("doc", ["docs/health.md", "docs/ARCHITECTURE.md"])
 def test_the_docs_name_every_check(doc):
     text = (ROOT / doc).read_text()
     assert [check_id for check_id in health.CHECK_IDS if f"`{check_id}`" not in text] == []
 
 
-def test_the_readme_gives_every_checks_rule_source_and_action_as_the_catalogue_has_them():
-    readme = (ROOT / "README.md").read_text()
+def test_the_health_reference_gives_every_checks_rule_source_and_action_as_the_catalogue_has_them():
+    reference = (ROOT / "docs" / "health.md").read_text()
     for check in health.CHECKS:
-        assert check.rule in readme and check.source in readme, check.id
-        assert check.fail_action in readme or check.warn_action in readme, check.id
+        assert check.rule in reference and check.source in reference, check.id
+        assert check.fail_action in reference or check.warn_action in reference, check.id
 
 
 def test_the_action_comes_from_the_catalogue_and_only_for_warn_and_fail():

@@ -9,6 +9,7 @@ import pytest
 from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.live.ingest import Ingest
 from devtools.redis_server import free_port
+from tests.ingest_stages import STAGES, with_alerts
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +27,7 @@ def driver_error() -> psycopg.OperationalError:
 
 def test_an_ingest_database_outage_is_named_on_healthz_without_the_drivers_text(client, redis_client, caplog):
     error = driver_error()
-    ingest = Ingest(redis_client, lambda frame: True)
+    ingest = Ingest(redis_client, lambda frame: True, stages=STAGES)
     now = time.time()
     ingest.database.failed(error, now - 12)
     ingest.emit(now)
@@ -42,7 +43,7 @@ def test_an_ingest_database_outage_is_named_on_healthz_without_the_drivers_text(
 
 def test_failing_alert_evaluation_is_named_on_healthz_without_its_error_text(client, redis_client,
                                                                            django_db_blocker, caplog):
-    ingest = Ingest(redis_client, lambda frame: True, evaluator=AlertEvaluator(reload_every=0))
+    ingest = Ingest(redis_client, lambda frame: True, stages=with_alerts(AlertEvaluator(reload_every=0)))
     with django_db_blocker.block():  # the evaluator's database stops answering
         ingest.emit(time.time())
         ingest.emit(time.time())

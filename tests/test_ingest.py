@@ -9,19 +9,14 @@ from collectors import health_checks
 from dashboard.live.frames import FIELDS, FLAG_ALLOCATED, FLAG_IDLE, FLAG_LOST, FLAG_THROTTLED, MIB, gpu_row
 from dashboard.live.ingest import Ingest
 from dashboard.live.models import GpuRollup
+from dashboard.probes.stage import ProbeStage
 from gpulse import schema, usage
 from gpulse.keys import INGEST_GROUP, Keys
+from tests.clock import Clock
+from tests.ingest_stages import STAGES, stage_of, with_alerts
 from tests.samples import sample, stream_of
 
 pytestmark = pytest.mark.django_db
-
-
-class Clock:
-    def __init__(self, now: float):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -37,7 +32,8 @@ def make_ingest(redis_client, frames):
             return True
 
         # A node's stream is found as soon as it is read, not a second later.
-        return Ingest(redis_client, publish, clock=clock or time.time, **{"discover_every": 0.0, **kwargs})
+        return Ingest(redis_client, publish, clock=clock or time.time,
+                      **{"discover_every": 0.0, "stages": STAGES, **kwargs})
 
     return make
 
@@ -204,7 +200,7 @@ def test_entries_a_live_consumer_left_pending_for_long_are_reclaimed(redis_clien
     xadd(redis_client, schema.encode(sample("orphan")))
     survivor.ensure_group()
     redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry_stream("orphan"): ">"}, count=10)
-    monkeypatch.setattr("dashboard.live.ingest.RECLAIM_IDLE_MS", 0)
+    monkeypatch.setattr("dashboard.live.streams.RECLAIM_IDLE_MS", 0)
     assert survivor.reclaim() == 1
     survivor.emit(time.time())
     assert "orphan" in frames[-1]["nodes"]
@@ -286,7 +282,7 @@ def test_it_recovers_when_redis_restarts_empty(make_ingest, frames):
     server = EmbeddedRedis().start()
     try:
         client = redis_lib.Redis.from_url(server.url, socket_timeout=2)
-        ingest = Ingest(client, lambda frame: frames.append(orjson.loads(frame)) or True)
+        ingest = Ingest(client, lambda frame: frames.append(orjson.loads(frame)) or True, stages=STAGES)
         xadd(client, schema.encode(sample("n1")))
         ingest.step()
         server.stop()
@@ -328,7 +324,7 @@ def test_a_node_whose_probe_falls_below_its_own_median_is_flagged(redis_client, 
     # A restarted ingest judges from the probe history at once.
     restarted = make_ingest()
     restarted.load_known_nodes()
-    assert restarted.probes.latest["n1"]["status"] == "failed"
+    assert stage_of(restarted, ProbeStage).tracker.latest["n1"]["status"] == "failed"
 
 
 def test_a_burst_that_arrives_in_parts_goes_out_in_one_frame(redis_client, make_ingest, frames):
@@ -461,9 +457,9 @@ def test_samples_read_a_tick_late_do_not_keep_frames_a_tick_behind(redis_client,
 
 
 def test_a_nodes_recent_points_never_exceed_the_limit(redis_client, make_ingest, monkeypatch):
-    from dashboard.live.ingest import RECENT_TRIM_EVERY
+    from dashboard.live.recent import RECENT_TRIM_EVERY
 
-    monkeypatch.setattr("dashboard.live.ingest.RECENT_POINTS", 30)
+    monkeypatch.setattr("dashboard.live.recent.RECENT_POINTS", 30)
     ingest = make_ingest()
     lengths = []
     for second in range(45):
@@ -482,7 +478,7 @@ def test_a_firing_alert_flags_its_gpu_in_the_next_frame_and_clears_with_it(redis
 
     Rule.objects.all().delete()
     Rule.objects.create(name="hot", metric="gpu.temp", comparison=">", threshold=80, for_seconds=0)
-    ingest = make_ingest(evaluator=AlertEvaluator(enqueue=lambda transition_ids: None))
+    ingest = make_ingest(stages=with_alerts(AlertEvaluator(enqueue=lambda transition_ids: None)))
     hot = sample("n1", gpus=2)
     hot["gpus"][1]["temp"] = 91
     apply(ingest, hot)

@@ -6,10 +6,13 @@ import orjson
 import pytest
 from django.db import connection
 
+from dashboard.health.models import HealthChange
+from dashboard.health.stage import HealthStage
 from dashboard.live.ingest import Ingest
-from dashboard.live.models import HealthChange
 from gpulse import health
 from gpulse.keys import Keys
+from tests.clock import Clock
+from tests.ingest_stages import STAGES, stage_of
 from tests.samples import sample
 from tests.test_node_health import NVLINK_DOWN, finding, with_health
 
@@ -17,14 +20,6 @@ pytestmark = pytest.mark.django_db
 
 START = 1_800_000_000.0
 ENTRY_SEQ = itertools.count()
-
-
-class Clock:
-    def __init__(self, now: float):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -43,7 +38,7 @@ def ingest(redis_client, frames, clock):
         frames.append(orjson.loads(frame))
         return True
 
-    return Ingest(redis_client, publish, clock=clock)
+    return Ingest(redis_client, publish, clock=clock, stages=STAGES)
 
 
 def send(ingest, clock, reading: dict) -> None:
@@ -89,7 +84,8 @@ def test_a_restarted_ingest_frames_a_down_node_known_from_before_as_unknown(inge
     tick(ingest, clock)
     redis_client.delete(Keys().health)  # as an ingest before node health left it
     clock.now += 600
-    restarted = Ingest(redis_client, lambda frame: frames.append(orjson.loads(frame)) or True, clock=clock)
+    restarted = Ingest(redis_client, lambda frame: frames.append(orjson.loads(frame)) or True, clock=clock,
+                       stages=STAGES)
     restarted.load_known_nodes()
     restarted.emit(clock.now)
     assert frames[-1]["nodes"]["gone"]["health"]["verdict"] == "unknown"
@@ -148,7 +144,7 @@ def test_verdict_changes_wait_out_a_database_outage(ingest, clock):
         send(ingest, clock, with_health("n1", NVLINK_DOWN))
         tick(ingest, clock)
         assert ingest.database.describe() is not None
-        assert [(c.old, c.new) for c in ingest.health_changes.pending] == [("healthy", "failing")]
+        assert [(c.old, c.new) for c in stage_of(ingest, HealthStage).changes.pending] == [("healthy", "failing")]
         assert ingest.heartbeat(clock.now)["health"] == {"pending_changes": 1, "lost_changes": 0}
         send(ingest, clock, with_health("n1"))
         tick(ingest, clock)  # ingest goes on: frames and the hash are written meanwhile
@@ -158,14 +154,14 @@ def test_verdict_changes_wait_out_a_database_outage(ingest, clock):
     for _ in range(3):  # past the retry backoff
         send(ingest, clock, with_health("n1"))
         tick(ingest, clock)
-    assert ingest.database.describe() is None and ingest.health_changes.pending == []
+    assert ingest.database.describe() is None and stage_of(ingest, HealthStage).changes.pending == []
     assert list(HealthChange.objects.order_by("at", "id").values_list("old", "new")) == [
         ("unknown", "healthy"), ("healthy", "failing"), ("failing", "healthy")]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_verdict_changes_waiting_for_the_database_are_bounded(ingest, clock):
-    ingest.health_changes.max_rows = 2
+    stage_of(ingest, HealthStage).changes.max_rows = 2
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE live_healthchange RENAME TO live_healthchange_away")
     try:
@@ -175,4 +171,4 @@ def test_verdict_changes_waiting_for_the_database_are_bounded(ingest, clock):
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE live_healthchange_away RENAME TO live_healthchange")
-    assert len(ingest.health_changes.pending) == 2 and ingest.health_changes.lost == 1
+    assert len(stage_of(ingest, HealthStage).changes.pending) == 2 and stage_of(ingest, HealthStage).changes.lost == 1

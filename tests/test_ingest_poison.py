@@ -170,7 +170,8 @@ def test_poison_entries_are_acknowledged_and_counted_while_good_nodes_go_on(inge
     # Xid 79 in every sample: ingest evaluates each node's newest sample once a tick.
     requests = ingest.wait_for("the Xid webhook", lambda: xid_webhook.requests, xid=[79])
     event = orjson.loads(requests[0]["body"])
-    assert event["alert"]["node"] == "good-1" and event["status"] == "firing", event
+    assert event["group"]["node"] == "good-1" and event["alerts"][0]["node"] == "good-1", event
+    assert event["status"] == "firing", event
 
     ok, checks = health()
     assert ok and checks["alerts"]["ok"] and checks["ingest"]["ok"], checks

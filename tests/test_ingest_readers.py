@@ -12,9 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.alerts.models import Alert, Rule, fingerprint
 from dashboard.live.ingest import Ingest
-from dashboard.live.probes import ProbeTracker
+from dashboard.probes.tracker import ProbeTracker
 from gpulse import schema
 from gpulse.keys import Keys
+from tests.ingest_stages import with_alerts
 from tests.samples import sample
 
 pytestmark = pytest.mark.django_db
@@ -98,7 +99,7 @@ def test_an_alert_on_a_node_named_with_a_slash_does_not_break_the_alerts_page(cl
 
 def test_healthz_turns_red_while_alert_evaluation_fails(client, redis_client, django_db_blocker):
     # reload_every=0: the evaluator reads its rules from the database every tick.
-    ingest = Ingest(redis_client, lambda frame: True, evaluator=AlertEvaluator(reload_every=0))
+    ingest = Ingest(redis_client, lambda frame: True, stages=with_alerts(AlertEvaluator(reload_every=0)))
     ingest.emit(time.time())
     assert client.get("/healthz").json()["checks"]["alerts"]["ok"]
     with django_db_blocker.block():  # the evaluator's database stops answering
@@ -115,7 +116,7 @@ def test_healthz_turns_red_while_alert_evaluation_fails(client, redis_client, dj
 
 
 def test_rejected_entries_are_a_number_on_healthz_and_a_counter_on_metrics_never_red(client, alice, redis_client):
-    ingest = Ingest(redis_client, lambda frame: True, evaluator=AlertEvaluator())
+    ingest = Ingest(redis_client, lambda frame: True, stages=with_alerts(AlertEvaluator()))
     redis_client.xadd(Keys().telemetry_stream("n1"), {"s": schema.encode(sample("n1", throttle=1))})
     redis_client.xadd(Keys().telemetry_stream("n1"), {"s": schema.encode(sample("n1", util=1e19))})
     ingest.read(block_ms=10)

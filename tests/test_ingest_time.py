@@ -12,6 +12,8 @@ from dashboard.live.models import GpuRollup
 from devtools.redis_server import EmbeddedRedis
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, Keys
+from tests.clock import Clock
+from tests.ingest_stages import STAGES
 from tests.samples import sample
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +26,7 @@ def frames():
 
 def make_ingest(client, frames, **kwargs) -> Ingest:
     return Ingest(client, lambda frame: frames.append(orjson.loads(frame)) or True,
-                  **{"discover_every": 0.0, **kwargs})
+                  **{"discover_every": 0.0, "stages": STAGES, **kwargs})
 
 
 def xadd(client, s: dict, **extra) -> None:
@@ -198,6 +200,20 @@ def test_a_node_down_longer_than_the_setting_is_forgotten(redis_client, frames):
     assert not redis_client.hexists(keys.known_nodes, "gone") and not redis_client.exists(keys.recent("gone"))
     assert frames[-1]["forgotten"] == ["gone"]
     assert "gone" not in orjson.loads(redis_client.get(keys.snapshot))["nodes"]
+
+
+def test_a_short_forget_time_is_looked_at_every_quarter_of_it_not_once_a_minute(redis_client, frames):
+    clock = Clock(time.time())
+    ingest = make_ingest(redis_client, frames, forget_nodes_after=60.0, clock=clock)
+    ingest.step()
+    first = ingest.last_prune
+    clock.now += 14.0
+    ingest.step()
+    assert ingest.last_prune == first
+    clock.now += 1.0
+    ingest.step()
+    assert ingest.last_prune == first + 15.0
+    assert make_ingest(redis_client, frames).prune_every == 60.0  # the default week: once a minute
 
 
 def test_idle_consumers_with_nothing_pending_are_removed_from_the_group(redis_client, frames, monkeypatch):

@@ -6,11 +6,13 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
+from dashboard.health.node_health import NodeHealthBook, read_record
+from dashboard.health.stage import HealthStage
 from dashboard.live.ingest import Ingest
-from dashboard.live.node_health import NodeHealthBook, read_record
 from gpulse import health, schema
 from gpulse.keys import Keys
 from gpulse.status import DOWN, UP
+from tests.ingest_stages import STAGES, stage_of
 from tests.samples import sample
 
 
@@ -262,7 +264,7 @@ def test_a_hash_entry_reads_back_and_a_malformed_one_is_refused():
 @pytest.fixture
 def make_ingest(redis_client):
     def make(clock):
-        return Ingest(redis_client, lambda frame: True, clock=clock)
+        return Ingest(redis_client, lambda frame: True, clock=clock, stages=STAGES)
 
     return make
 
@@ -287,10 +289,11 @@ def test_since_times_survive_an_ingest_restart(redis_client, make_ingest):
     again = with_health("n1", NVLINK_DOWN, ts=now[0], driver="550.54.15")
     second.apply(again, entry_at(now[0]))
     second.emit(now[0])
-    node = second.health.nodes["n1"]
+    node = stage_of(second, HealthStage).book.nodes["n1"]
     assert (node.verdict, node.since) == ("failing", now[0] - 30)
     assert node.findings[("nvlink_state", 3, "fail")].since == now[0] - 30
-    assert second.health.take_changes() == second.health_changes.pending == []
+    health = stage_of(second, HealthStage)
+    assert health.book.take_changes() == health.changes.pending == []
 
 
 @pytest.mark.django_db
@@ -306,5 +309,5 @@ def test_a_malformed_health_entry_in_redis_is_skipped_with_a_log(redis_client, m
     with caplog.at_level(logging.WARNING, logger="gpulse.ingest"):
         second.load_known_nodes()
     assert "node n1: its health in Redis is not valid" in caplog.text
-    assert second.health.nodes["n1"].since is None  # judged afresh
-    assert second.health.nodes["n2"].since == now
+    assert stage_of(second, HealthStage).book.nodes["n1"].since is None  # judged afresh
+    assert stage_of(second, HealthStage).book.nodes["n2"].since == now

@@ -15,6 +15,7 @@ from dashboard.live.ingest import Ingest
 from dashboard.scheduler.models import DrainRecord
 from gpulse import schema
 from gpulse.keys import TELEMETRY_MAXLEN, Keys
+from tests.ingest_stages import with_alerts
 from tests.samples import sample
 from tests.test_redis_acl import acl, acl_redis, acl_server  # noqa: F401 (fixtures)
 
@@ -43,8 +44,8 @@ def xid79(node: str) -> dict:
 
 
 def ingest_as_its_user(roles) -> Ingest:
-    ingest = Ingest(roles.client("ingest"), lambda frame: True, evaluator=AlertEvaluator(reload_every=0),
-                    discover_every=0.0)
+    ingest = Ingest(roles.client("ingest"), lambda frame: True,
+                    stages=with_alerts(AlertEvaluator(reload_every=0)), discover_every=0.0)
     ingest.ensure_group()
     return ingest
 

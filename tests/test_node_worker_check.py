@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpulse.sweep_spec import sweep_sizes
 from tests.test_loadtest import processes_marked
-from workers.sweep_spec import sweep_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 

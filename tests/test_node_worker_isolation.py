@@ -20,13 +20,20 @@ from dashboard.benchmarks import outcome
 from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.reaper import reap
 from dashboard.benchmarks.tasks import send_to_node, settle, start_job
+from dashboard.celery_app import app
+from gpulse import job_events
+from gpulse.celery_contract import (
+    CONTROL_QUEUE,
+    SCHEDULER_QUEUE,
+    WEBHOOK_QUEUE,
+    node_queue,
+    node_transport_options,
+)
+from gpulse.job_status import JobStatus
 from gpulse.keys import Keys
 from gpulse.redis_acl import create_role_users
+from gpulse.sweep_spec import SweepSpec
 from tests.celery_workers import NodeWorkers, control_worker_running
-from workers import job_events
-from workers.celery_app import CONTROL_QUEUE, SCHEDULER_QUEUE, WEBHOOK_QUEUE, app, node_queue, node_transport_options
-from workers.job_status import JobStatus
-from workers.sweep_spec import SweepSpec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,7 +87,7 @@ def report(node: str, status: str = "succeeded", rows=(ROW,), busbw: float | Non
 
 @pytest.mark.parametrize("queue", [CONTROL_QUEUE, WEBHOOK_QUEUE, SCHEDULER_QUEUE])
 def test_a_node_worker_cannot_push_a_task_onto_a_control_side_queue(attacker, queue):
-    message = orjson.dumps({"body": "", "headers": {"task": "gpulse.alerts.deliver"}})
+    message = orjson.dumps({"body": "", "headers": {"task": "gpulse.alerts.deliver_notification"}})
     with pytest.raises(NoPermissionError):
         attacker.lpush(f"{P}celery:{queue}", message)
     # Nor through kombu's shared bookkeeping, whose keys it once shared.

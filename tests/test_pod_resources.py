@@ -202,7 +202,7 @@ def test_a_sample_never_waits_on_a_question_in_flight(caplog):
             time.sleep(0.3)  # the thread's next question is hanging now
             start = time.monotonic()
             owner = pods.owner(gpu_uuid(2))
-            assert time.monotonic() - start < 0.01
+            assert time.monotonic() - start < 1  # not the 30 s the question hangs
         finally:
             pods.stop()
             released.set()
@@ -217,8 +217,9 @@ def test_an_answer_that_is_not_the_message_is_logged_and_attributes_nothing(
         sample = only_sample(source)
 
     assert [gpu.get("k8s") for gpu in sample["gpus"]] == [None, None]
-    [message] = messages(caplog)
-    assert message.startswith(f"kubelet pod-resources at {socket}: INTERNAL ")
+    # Once per refresh that failed: on a loaded machine the thread may refresh twice before the sample.
+    logged = messages(caplog)
+    assert logged and all(message.startswith(f"kubelet pod-resources at {socket}: INTERNAL ") for message in logged)
 
 
 def test_an_answer_over_the_size_limit_is_refused(caplog):

@@ -16,7 +16,7 @@ import pytest
 
 from collectors.health_checks import HealthChecks
 from dashboard.live.frames import FIELDS, FLAG_THROTTLED
-from dashboard.live.probes import ProbeTracker
+from dashboard.probes.tracker import ProbeTracker
 from gpulse import schema
 from gpulse.keys import Keys
 from tests.test_ingest import frames, make_ingest, xadd  # noqa: F401 (fixtures)

@@ -19,16 +19,24 @@ from redis.exceptions import NoPermissionError
 from collectors.probe import publish_probe
 from collectors.publisher import RedisPublisher
 from collectors.simulated import redis_fault_reader
+from dashboard.celery_app import app
 from dashboard.live.ingest import Ingest
 from dashboard.live.publish import CLUSTER_GROUP, FramePublisher
 from devtools.redis_server import EmbeddedRedis, redis_server_binary
+from gpulse import job_events
+from gpulse.celery_contract import (
+    CONTROL_QUEUE,
+    SCHEDULER_QUEUE,
+    WEBHOOK_QUEUE,
+    node_queue,
+    node_transport_options,
+)
 from gpulse.keys import Keys
 from gpulse.redis_acl import acl_file, acl_users, admin_user, create_role_users, main, node_user, user_url
+from gpulse.sweep_spec import SweepSpec
 from tests.celery_workers import NodeWorkers
+from tests.ingest_stages import STAGES
 from tests.samples import sample
-from workers import job_events
-from workers.allreduce import SweepSpec
-from workers.celery_app import CONTROL_QUEUE, SCHEDULER_QUEUE, WEBHOOK_QUEUE, app, node_queue, node_transport_options
 
 KEYS = Keys()
 P = KEYS.prefix
@@ -249,7 +257,7 @@ def test_ingest_consumes_as_its_user_and_its_frames_reach_the_web_user(acl, sett
     assert ready.wait(10)
     publisher = FramePublisher()
     try:
-        ingest = Ingest(acl.client("ingest"), publisher.publish)
+        ingest = Ingest(acl.client("ingest"), publisher.publish, stages=STAGES)
         ingest.ensure_group()
         ingest.load_known_nodes()
         ingest.read(block_ms=100)

@@ -5,6 +5,7 @@ import asyncio
 from celery.signals import worker_process_shutdown, worker_shutdown
 
 from dashboard import redis_client as web
+from gpulse import node_redis
 from workers import redis_client as worker
 
 
@@ -34,5 +35,5 @@ def test_the_worker_client_is_closed_when_the_worker_or_its_pool_process_stops(r
         signal.send(sender=None)
         assert worker.redis_client() is not client
     options = worker.redis_client().connection_pool.connection_kwargs
-    assert options["socket_timeout"] == worker.SOCKET_TIMEOUT
-    assert options["socket_connect_timeout"] == worker.CONNECT_TIMEOUT
+    assert options["socket_timeout"] == node_redis.SOCKET_TIMEOUT
+    assert options["socket_connect_timeout"] == node_redis.CONNECT_TIMEOUT

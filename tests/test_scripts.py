@@ -68,6 +68,7 @@ def test_the_usage_benchmark_times_ingest_with_and_without_the_accounting():
     assert 0 < figures["cpu_ms_per_s_without_usage"] and 0 < figures["cpu_ms_per_s_with_usage"]
 
 
+@pytest.mark.database
 @pytest.mark.skipif(not ON_POSTGRES, reason="the 30-day query benchmark writes by COPY: PostgreSQL only; "
                                            "runs in the suite's run with DATABASE_URL=postgres://...")
 def test_the_usage_query_benchmark_answers_every_query_over_generated_rows():

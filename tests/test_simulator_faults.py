@@ -1,11 +1,16 @@
 """The simulator refuses a fault that cannot apply to what the node reports (issue 32): a GPU index past
-its GPUs, NVLink down on a model without NVLink; in the API (400) and on the page."""
+its GPUs (a down node's too), NVLink down on a model without NVLink, InfiniBand down on a node without a
+port; in the API (400) and on the page."""
 
 import json
+import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from collectors.simulated import MODELS, SimulatedFleet, redis_fault_reader
+from dashboard.live.models import GpuRollup
 from gpulse import schema
 from gpulse.keys import Keys
 
@@ -57,15 +62,66 @@ def test_nvlink_down_on_a_model_without_nvlink_is_a_400(admin, fleet, redis_clie
     assert faults(redis_client) == {"sim-01/2": "nvlink_down", "sim-03/2": "hot"}
 
 
-def test_a_missing_gpu_is_still_the_nodes_and_a_down_node_takes_any_fault(admin, fleet, redis_client):
+def test_a_missing_gpu_is_still_the_nodes_and_a_node_nothing_is_known_of_takes_any_fault(admin, fleet, redis_client):
     assert inject(admin, "sim-01", 7, "gpu_missing").status_code == 200
     fleet()  # its GPU 7 is gone from its sample
     assert [gpu["index"] for gpu in json.loads(redis_client.get(Keys().node("sim-01")))["gpus"]] == list(range(7))
     assert inject(admin, "sim-01", 7, "hot").status_code == 200
     assert inject(admin, "sim-01", 7, "clear").status_code == 200
-    # A node without a current sample shows nothing to judge against.
+    # Neither a sample nor a minute of rollups: nothing to judge against.
     redis_client.delete(Keys().node("sim-02"))
     assert inject(admin, "sim-02", 12, "hot").status_code == 200
+
+
+def rolled_up(node: str, gpus: range, minutes_ago: int) -> None:
+    """A minute of the node's GPUs as ingest folds them into the database."""
+    minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=minutes_ago)
+    GpuRollup.objects.bulk_create(GpuRollup(node=node, gpu=gpu, minute=minute, samples=60) for gpu in gpus)
+
+
+def test_a_down_node_is_judged_by_the_gpus_it_last_reported(admin, fleet, redis_client):
+    """Issue 32: with sim-01 down, "sim-01 GPU 9: hot" on its 8 GPUs was confirmed: no check ran."""
+    keys = Keys()
+    # Down, its latest sample not yet expired: judged by that sample.
+    redis_client.hset(keys.known_nodes, "sim-01", json.dumps({"ts": time.time() - 600, "interval": 1.0}))
+    response = inject(admin, "sim-01", 9, "hot")
+    assert response.status_code == 400
+    assert response.json()["error"] == "gpu: sim-01 has 8 GPUs (GPUs 0-7): there is no GPU 9"
+    # Down and expired: judged by its newest minute of rollups (a GPU it had before that minute is gone).
+    redis_client.delete(keys.node("sim-02"))
+    rolled_up("sim-02", range(8), minutes_ago=5)
+    rolled_up("sim-02", range(4), minutes_ago=3)
+    response = admin.post("/alerts/simulator/", {"node": "sim-02", "gpu": "5", "fault": "hot"})
+    assert response.status_code == 400
+    assert "sim-02 has 4 GPUs (GPUs 0-3): there is no GPU 5" in response.content.decode()
+    assert faults(redis_client) == {}
+    assert inject(admin, "sim-02", 3, "hot").status_code == 200
+    assert inject(admin, "sim-01", 7, "hot").status_code == 200
+    assert faults(redis_client) == {"sim-02/3": "hot", "sim-01/7": "hot"}
+
+
+def reporting_ports(redis_client, node: str, ports: list | None) -> None:
+    """The node's latest sample with these InfiniBand ports: [] a node without any, None a source that
+    does not read them."""
+    sample = schema.parse(redis_client.get(Keys().node(node)))
+    redis_client.set(Keys().node(node), schema.encode({**sample, "ib": ports}))
+
+
+def test_ib_down_on_a_node_without_an_infiniband_port_is_refused_saying_why(admin, fleet, redis_client):
+    reporting_ports(redis_client, "sim-04", [])
+    why = "ib_down cannot apply to sim-04: its latest sample shows no InfiniBand port"
+    response = inject(admin, "sim-04", None, "ib_down")
+    assert response.status_code == 400
+    assert response.json()["error"] == f"fault: {why}"
+    response = admin.post("/alerts/simulator/", {"node": "sim-04", "fault": "ib_down"})
+    assert response.status_code == 400
+    assert why in response.content.decode() and "ib_down injected" not in response.content.decode()
+    assert faults(redis_client) == {}
+    # The simulated fleet's four ports take it; a source that does not read its ports is not judged.
+    assert inject(admin, "sim-01", None, "ib_down").status_code == 200
+    reporting_ports(redis_client, "sim-04", None)
+    assert inject(admin, "sim-04", None, "ib_down").status_code == 200
+    assert faults(redis_client) == {"sim-01": "ib_down", "sim-04": "ib_down"}
 
 
 def test_the_page_says_why_and_injects_nothing(admin, fleet, redis_client):

@@ -15,10 +15,10 @@ from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.alerts.models import Alert, Rule
 from dashboard.scheduler import hooks, sweeper, tasks
 from dashboard.scheduler.models import DrainRecord
+from gpulse.celery_contract import SCHEDULER_QUEUE
 from tests.celery_workers import database_url_of_tests, spawn_worker, stop_workers, wait_ready
 from tests.slurm_cluster import NODE
 from tests.test_alerts_evaluate import hot
-from workers.celery_app import SCHEDULER_QUEUE
 
 # The worker threads use their own database connections: tests must commit.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -281,7 +281,7 @@ def test_the_scheduler_worker_process_runs_the_sweeper(drain_on, redis_client, t
     )
     try:
         wait_ready(process, log, time.monotonic() + 60)
-        wait_for(log.read_text, lambda text: "drain sweeper started" in text, timeout=10)
+        wait_for(log.read_text, lambda text: "drain sweeper and planned-drain pass started" in text, timeout=10)
     finally:
         stop_workers([process])
 

@@ -14,15 +14,17 @@ from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard.live.frames import gpu_row
-from dashboard.live.idle import IdleAllocations
 from dashboard.live.models import ClusterUsage, GpuRollup, GpuUsage, UsageHour
 from dashboard.live.rollups import RollupAccumulator
-from dashboard.summary import idle_summary
+from dashboard.usage.idle import IdleAllocations
 from dashboard.usage.models import EnergyPrice, GpuPrice
+from dashboard.usage.prices import current_prices
+from dashboard.usage.stage import IdleStage, idle_summary
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, Keys
 from gpulse.usage import is_allocated, is_idle_allocated, owner
 from tests import fake_nvml
+from tests.ingest_stages import stage_of
 from tests.samples import gpu, sample
 from tests.test_ingest import apply, entry_at, frames, make_ingest, xadd  # noqa: F401 (fixtures)
 
@@ -300,8 +302,7 @@ def test_ingests_inlined_definitions_agree_with_gpulse_usage():
 
 def test_with_accounting_off_ingest_keeps_its_rollups_and_no_usage(redis_client, make_ingest):  # noqa: F811
     redis_client.set(Keys().idle_allocations, orjson.dumps([{"node": "n0", "gpu": 0, "since": 1.0}]))
-    seen = []
-    ingest = make_ingest(usage_accounting=False, summary=lambda idle_by_model: seen.append(idle_by_model) or {})
+    ingest = make_ingest(usage_accounting=False)
     for second in range(3):
         apply(ingest, node_sample("n1", 1_700_000_040.0 + second, [(0, [process("dana", "101")], 10**6, 90.0, H100)]))
     ingest.emit(time.time())
@@ -309,7 +310,7 @@ def test_with_accounting_off_ingest_keeps_its_rollups_and_no_usage(redis_client,
     assert GpuRollup.objects.get().samples == 3
     assert not GpuUsage.objects.exists() and not UsageHour.objects.exists() and not ClusterUsage.objects.exists()
     assert orjson.loads(redis_client.get(Keys().idle_allocations)) == []  # an earlier ingest's list cleared
-    assert seen and seen[-1] is None  # the KPI shows a dash, not "0 GPUs"
+    assert stage_of(ingest, IdleStage).summary() == {"idle_allocated": None}  # the KPI shows a dash, not "0 GPUs"
 
 
 # Outside a test transaction: the outage closes the connection, as it does in production.
@@ -493,7 +494,8 @@ def test_ingest_lists_the_idle_allocations_now_with_owner_and_since(redis_client
     GpuPrice.objects.create(gpu_model=H100, usd_per_gpu_hour="4.00")
     answer = viewer.get("/api/v1/usage?by=user&since=1h").json()
     assert answer["idle_now"][0]["usd_per_hour"] == 4.0 and answer["idle_now"][0]["idle_s"] >= 89
-    assert idle_summary(ingest.idle.by_model(now))["gpus"] == 1
+    assert idle_summary(stage_of(ingest, IdleStage).idle.by_model(now), current_prices()) == {"gpus": 1,
+                                                                                             "usd_per_hour": 4.0}
 
     # Busy again: it leaves the list at the next write.
     apply(ingest, node_sample("n1", now + 30, [(80, [process("dana", "101")], None, 300.0, H100)]))
@@ -551,10 +553,7 @@ def test_a_down_nodes_gpus_leave_the_idle_list(redis_client, make_ingest):  # no
 
 def test_the_idle_kpi_prices_each_model(db):
     GpuPrice.objects.create(gpu_model=A100, usd_per_gpu_hour="1.50")
-    from dashboard import summary
-
-    summary._prices["at"] = -summary.PRICES_EVERY  # read the new price now
-    figures = idle_summary({A100: 2, H100: 1, "Acme Tensor 9": 1})
+    figures = idle_summary({A100: 2, H100: 1, "Acme Tensor 9": 1}, current_prices())
     # The admin's A100 price, H100 at its family's default, a model of no known family at GPULSE_PRICE_GPU_HOUR.
     assert figures == {"gpus": 4, "usd_per_hour": pytest.approx(2 * 1.5 + 3.0 + 2.5)}
 

@@ -9,7 +9,9 @@ import pytest
 
 from dashboard.usage import views
 from dashboard.usage.models import EnergyPrice, GpuPrice
+from dashboard.usage.stage import IdleStage
 from dashboard.usage.templatetags.usage_format import idle_for, one_decimal, usd
+from tests.ingest_stages import stage_of
 from tests.test_ingest import apply, frames, make_ingest  # noqa: F401 (fixtures)
 from tests.test_usage_accounting import A100, H100, node_sample, process, three_hours  # noqa: F401 (fixture)
 
@@ -174,8 +176,7 @@ def test_a_checkpoint_dip_of_seconds_is_not_an_idle_allocation_on_the_page_the_a
         viewer, redis_client, make_ingest, settings):  # noqa: F811
     # dana's notebook idle for 11 minutes; alice's training job in a checkpoint's dip for 16 s (issue 32).
     assert settings.GPULSE_IDLE_MIN_SECONDS == 600
-    kpi = []
-    ingest = make_ingest(summary=lambda idle_by_model: kpi.append(idle_by_model) or {})
+    ingest = make_ingest()
     now = time.time()
     apply(ingest, node_sample("n1", now - 660, [(0, [process("dana", "101")], None, 80.0, H100),
                                                 (97, [process("alice", "100")], None, 600.0, H100)]))
@@ -184,7 +185,7 @@ def test_a_checkpoint_dip_of_seconds_is_not_an_idle_allocation_on_the_page_the_a
                                              (0, [process("alice", "100")], None, 90.0, H100)]))
     ingest.emit(now)
     ingest.use_database(now)
-    assert kpi[-1] == {H100: 1}
+    assert stage_of(ingest, IdleStage).summary() == {"idle_allocated": {"gpus": 1, "usd_per_hour": 3.0}}
     html = viewer.get("/usage/").content.decode()
     assert [row[:4] for row in Tables(html).tables["idle-table"]["body"]] == [["n1", "0", "dana", "101"]]
     assert "1 GPU, $3.00/h" in html and "idle for 10 min or more" in html
@@ -193,12 +194,12 @@ def test_a_checkpoint_dip_of_seconds_is_not_an_idle_allocation_on_the_page_the_a
     # The setting says how long is long enough.
     settings.GPULSE_IDLE_MIN_SECONDS = 10
     assert len(Tables(viewer.get("/usage/").content.decode()).tables["idle-table"]["body"]) == 2
-    restarted = make_ingest(summary=lambda idle_by_model: kpi.append(idle_by_model) or {})
+    restarted = make_ingest()
     restarted.load_known_nodes()  # it takes the idle list the first one wrote
     apply(restarted, node_sample("n1", now, [(0, [process("dana", "101")], None, 80.0, H100),
                                              (0, [process("alice", "100")], None, 90.0, H100)]))
     restarted.use_database(now)
-    assert kpi[-1] == {H100: 2}
+    assert stage_of(restarted, IdleStage).summary() == {"idle_allocated": {"gpus": 2, "usd_per_hour": 6.0}}
 
 
 def test_without_idle_allocations_the_page_says_so(viewer, redis_client):

@@ -29,6 +29,7 @@ def webhook_worker(tmp_path, redis_client):
         "GPULSE_WEBHOOK_TIMEOUT": str(DEADLINE),
         "GPULSE_WEBHOOK_MAX_ATTEMPTS": "1",
         "GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY": "2",
+        "GPULSE_ALERT_GROUP_WAIT": "0",
     }
     with webhook_worker_process(tmp_path, settings_env):
         yield

@@ -10,7 +10,6 @@ import time
 
 import pytest
 from celery.signals import task_prerun
-from django.utils import timezone
 
 from dashboard.alerts import tasks
 from dashboard.alerts.evaluate import AlertEvaluator
@@ -19,6 +18,7 @@ from dashboard.alerts.models import DeliveryAttempt, Rule, Transition, WebhookEn
 from gpulse.keys import Keys
 from gpulse.status import UP
 from tests.test_alerts_evaluate import T0, cluster, gpu
+from tests.test_webhook_delivery import flushed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,6 +29,7 @@ HOLD = 0.5  # seconds the receiver takes over each request
 def busy_endpoint(receiver, settings, redis_client):
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     settings.GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY = 1
+    settings.GPULSE_ALERT_GROUP_WAIT = 0
     receiver.answer(*[200] * 20, delay=HOLD)
     return WebhookEndpoint.objects.create(name="pager", url=receiver.url)
 
@@ -50,9 +51,11 @@ def deliver_runs():
 
 
 def six_firings() -> list[int]:
+    """Six firings on six nodes: six notifications, six deliveries."""
     Rule.objects.all().delete()
     Rule.objects.create(name="hot", metric="gpu.temp", comparison=">", threshold=85)
-    AlertEvaluator(enqueue=lambda ids: None).evaluate(cluster(("n1", UP, [gpu(i, temp=90) for i in range(6)])), now=T0)
+    nodes = [(f"n{n}", UP, [gpu(0, temp=90)]) for n in range(6)]
+    AlertEvaluator(enqueue=lambda ids: None).evaluate(cluster(*nodes), now=T0)
     return list(Transition.objects.values_list("id", flat=True))
 
 
@@ -65,7 +68,7 @@ def test_deliveries_to_a_busy_endpoint_wait_in_line_without_polling(webhook_work
     while DeliveryAttempt.objects.filter(outcome="ok").count() < 6 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert DeliveryAttempt.objects.filter(outcome="ok").count() == 6
-    # Each delivery ran at most twice: once on dispatch, once when a freed slot called it. Polling every
+    # Each delivery ran at most twice: once on flush, once when a freed slot called it. Polling every
     # 0.5-1 s for the ~3 s the line took to drain ran them about 20 times.
     assert len(deliver_runs) <= 2 * 6, deliver_runs
 
@@ -73,27 +76,27 @@ def test_deliveries_to_a_busy_endpoint_wait_in_line_without_polling(webhook_work
 def test_a_delivery_behind_a_dead_workers_lease_is_sent_by_its_look_again(busy_endpoint, receiver, redis_client):
     """A slot freed by an expired lease calls nobody: the waiting delivery's own look again sends it."""
     [transition_id, *_] = six_firings()
-    Transition.objects.filter(id=transition_id).update(processed=timezone.now())  # as dispatch claims it
+    group_id = flushed(transition_id).id
     leases = Keys().webhook_leases(busy_endpoint.id)
     seconds, micros = redis_client.time()
     now_ms = seconds * 1000 + micros // 1000
     redis_client.zadd(leases, {"died-holding-it": now_ms + 60_000})
-    assert tasks.deliver(transition_id, busy_endpoint.id) == "busy"  # no worker: the test runs the task
+    assert tasks.deliver(group_id, busy_endpoint.id) == "busy"  # no worker: the test runs the task
     line = Keys().webhook_line(busy_endpoint.id)
-    assert redis_client.zrange(line, 0, -1) == [tasks.waiter(transition_id, 1).encode()]
+    assert redis_client.zrange(line, 0, -1) == [tasks.waiter(group_id, 1).encode()]
     redis_client.zadd(leases, {"died-holding-it": now_ms - 1})  # its lease ran out
-    assert tasks.look_again(transition_id, busy_endpoint.id, 1) == "ok"
+    assert tasks.look_again(group_id, busy_endpoint.id, 1) == "ok"
     assert len(receiver.wait_for(1)) == 1 and redis_client.zcard(line) == 0
 
 
 def test_a_freed_slot_calls_the_first_in_line_and_its_look_again_then_does_nothing(busy_endpoint, redis_client):
     [transition_id, *_] = six_firings()
-    Transition.objects.filter(id=transition_id).update(processed=timezone.now())
+    group_id = flushed(transition_id).id
     called = []
     with endpoint_slot(busy_endpoint.id, call=called.append) as held:
         assert held
-        assert tasks.deliver(transition_id, busy_endpoint.id) == "busy"
-    assert called == [tasks.waiter(transition_id, 1)]
+        assert tasks.deliver(group_id, busy_endpoint.id) == "busy"
+    assert called == [tasks.waiter(group_id, 1)]
     assert redis_client.zcard(Keys().webhook_line(busy_endpoint.id)) == 0
-    assert tasks.look_again(transition_id, busy_endpoint.id, 1) == "called"
+    assert tasks.look_again(group_id, busy_endpoint.id, 1) == "called"
     assert not DeliveryAttempt.objects.exists()

@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from dashboard.alerts import delivery
-from dashboard.alerts.formats import FORMATS, ZERO_TIME, Event
+from dashboard.alerts.formats import FORMATS, ZERO_TIME, Event, EventAlert
 from dashboard.alerts.models import FORMATS as FORMAT_CHOICES
-from dashboard.alerts.models import DeliveryAttempt, Transition, WebhookEndpoint
+from dashboard.alerts.models import DeliveryAttempt, Notification, Transition, WebhookEndpoint
 
 SECRET = "s3cret-never-logged"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "webhook-signature.md"
@@ -27,24 +27,34 @@ def readme_verify():
     return namespace["verify"]
 
 
-def alert_event(kind="firing", gpu=3, rule_name="GPU temperature high", reason="held 60 s") -> Event:
-    start = datetime(2025, 11, 24, 16, 0, tzinfo=UTC)
-    return Event(
-        event_id=uuid.uuid4(),
+START = datetime(2025, 11, 24, 16, 0, tzinfo=UTC)
+
+
+def an_alert(kind="firing", gpu=3, rule_name="GPU temperature high", reason="held 60 s", node="gpu-01",
+             severity="critical") -> EventAlert:
+    return EventAlert(
         kind=kind,
         rule_id=7,
         rule_name=rule_name,
         condition="gpu.temp > 85 for 60 s",
-        severity="critical",
-        node="gpu-01",
+        severity=severity,
+        node=node,
         gpu=gpu,
         value=91.0 if kind != "resolved" else 70.0,
-        fingerprint="0123456789abcdef",
+        fingerprint=f"0123456789abcd{gpu or 0:02d}",
         reason=reason,
-        starts_at=start,
-        ends_at=start + timedelta(minutes=5) if kind == "resolved" else None,
-        created=start,
+        starts_at=START,
+        ends_at=START + timedelta(minutes=5) if kind == "resolved" else None,
     )
+
+
+def group_event(*alerts: EventAlert) -> Event:
+    return Event(event_id=uuid.uuid4(), node=alerts[0].node, alerts=alerts, created=START)
+
+
+def alert_event(kind="firing", **alert) -> Event:
+    """A notification of one alert."""
+    return group_event(an_alert(kind, **alert))
 
 
 @pytest.fixture
@@ -207,15 +217,14 @@ def test_alertmanager_payload_follows_webhook_v4(settings):
     settings.GPULSE_EXTERNAL_URL = "https://gpulse.example.com/"
     firing = alertmanager_message(alert_event("firing"))
     assert firing["version"] == "4" and firing["status"] == "firing" and firing["receiver"] == "ops"
-    assert firing["groupLabels"] == {"alertname": "GPU temperature high"}
+    assert firing["groupLabels"] == {"node": "gpu-01"}
     assert firing["commonLabels"] == {
         "alertname": "GPU temperature high", "node": "gpu-01", "gpu": "3", "severity": "critical",
     }
     assert firing["externalURL"] == "https://gpulse.example.com"
-    assert firing["groupKey"] == ('{}:{alertname="GPU temperature high"}/'
-                                  '{alertname="GPU temperature high", gpu="3", node="gpu-01", severity="critical"}')
+    assert firing["groupKey"] == '{}:{node="gpu-01"}'  # a route's key, then its group_by [node] labels
     [alert] = firing["alerts"]
-    assert alert["status"] == "firing" and alert["fingerprint"] == "0123456789abcdef"
+    assert alert["status"] == "firing" and alert["fingerprint"] == "0123456789abcd03"
     assert alert["startsAt"] == "2025-11-24T16:00:00Z" and alert["endsAt"] == ZERO_TIME
     assert alert["annotations"]["summary"] == "GPU temperature high on gpu-01 GPU 3"
     assert "gpu.temp > 85" in alert["annotations"]["description"]
@@ -227,9 +236,27 @@ def test_alertmanager_payload_follows_webhook_v4(settings):
 
 def test_alertmanager_group_key_quotes_label_values_as_go_does(settings):
     settings.GPULSE_EXTERNAL_URL = "https://gpulse.example.com"
-    message = alertmanager_message(alert_event(rule_name='say "hot" \\ now\n'))
-    assert message["groupKey"].startswith(r'{}:{alertname="say \"hot\" \\ now\n"}/{alertname="say \"hot\" \\ now\n", ')
-    assert message["groupLabels"] == {"alertname": 'say "hot" \\ now\n'}
+    message = alertmanager_message(alert_event(node='say "hot" \\ now\n'))
+    assert message["groupKey"] == r'{}:{node="say \"hot\" \\ now\n"}'
+    assert message["groupLabels"] == {"node": 'say "hot" \\ now\n'}
+
+
+def test_alertmanager_sends_a_group_with_the_labels_and_annotations_its_alerts_share(settings):
+    settings.GPULSE_EXTERNAL_URL = ""
+    event = group_event(*(an_alert(gpu=gpu, reason="Xid 79") for gpu in range(8)),
+                        an_alert("resolved", gpu=None, rule_name="Node failing"))
+    message = alertmanager_message(event)
+    assert message["status"] == "firing" and message["truncatedAlerts"] == 0  # firing while any alert fires
+    assert [a["labels"].get("gpu") for a in message["alerts"]] == [*map(str, range(8)), None]
+    assert message["alerts"][-1]["status"] == "resolved"
+    # As Alertmanager's template.Data: the pairs every alert has, with the same value.
+    assert message["commonLabels"] == {"node": "gpu-01", "severity": "critical"}
+    assert message["commonAnnotations"] == {}
+    eight = alertmanager_message(group_event(*(an_alert(gpu=gpu) for gpu in range(8))))
+    assert eight["commonLabels"] == {"alertname": "GPU temperature high", "node": "gpu-01", "severity": "critical"}
+    assert set(eight["commonAnnotations"]) == {"description"}
+    resolved = alertmanager_message(group_event(an_alert("resolved", gpu=1), an_alert("resolved", gpu=2)))
+    assert resolved["status"] == "resolved"
 
 
 def test_alertmanager_urls_are_empty_not_relative_without_an_external_url(settings):
@@ -239,7 +266,7 @@ def test_alertmanager_urls_are_empty_not_relative_without_an_external_url(settin
 
 
 def test_go_time_keeps_only_the_significant_fraction(settings):
-    event = replace(alert_event(), starts_at=datetime(2025, 11, 24, 16, 0, 1, 250000, tzinfo=UTC))
+    event = group_event(replace(an_alert(), starts_at=datetime(2025, 11, 24, 16, 0, 1, 250000, tzinfo=UTC)))
     assert alertmanager_message(event)["alerts"][0]["startsAt"] == "2025-11-24T16:00:01.25Z"
 
 
@@ -268,9 +295,39 @@ def test_slack_links_to_the_alerts_page_when_gpulse_has_an_external_url(settings
 
 def test_gpulse_payload():
     native = orjson.loads(FORMATS["gpulse"].render(alert_event("resolved"), "ops"))
+    assert native["version"] == 2 and native["group"] == {"node": "gpu-01"}
     assert (native["kind"], native["status"]) == ("resolved", "resolved")
-    assert (native["alert"]["gpu"], native["alert"]["value"]) == (3, 70.0)
-    assert native["alert"]["ends_at"] == "2025-11-24T16:05:00.000Z"
+    [alert] = native["alerts"]
+    assert (alert["gpu"], alert["value"], alert["kind"], alert["status"]) == (3, 70.0, "resolved", "resolved")
+    assert alert["ends_at"] == "2025-11-24T16:05:00.000Z"
+
+
+def test_a_group_is_firing_while_any_alert_fires_and_its_kind_is_the_most_pressing():
+    mixed = group_event(an_alert("resolved", gpu=1), an_alert("repeat", gpu=2), an_alert("firing", gpu=3))
+    native = orjson.loads(FORMATS["gpulse"].render(mixed, "ops"))
+    assert (native["kind"], native["status"]) == ("firing", "firing")
+    assert [(a["gpu"], a["status"]) for a in native["alerts"]] == [(1, "resolved"), (2, "firing"), (3, "firing")]
+    assert group_event(an_alert("resolved", gpu=1), an_alert("repeat", gpu=2)).kind == "repeat"
+
+
+def test_slack_lists_a_groups_alerts_under_one_headline_and_caps_them(settings):
+    settings.GPULSE_EXTERNAL_URL = ""
+    three = orjson.loads(FORMATS["slack"].render(
+        group_event(an_alert(gpu=0, rule_name="<!here>"), an_alert(gpu=1, severity="warning"),
+                    an_alert("resolved", gpu=2, severity="info")), "ops"))
+    headline, *lines = three["blocks"]
+    assert headline["text"]["text"] == "*[FIRING] 3 alerts on gpu-01 (critical)*"
+    assert [line["text"]["text"].split(":")[0] for line in lines] == [
+        "[FIRING] &lt;!here&gt; on gpu-01 GPU 0 (critical)", "[FIRING] GPU temperature high on gpu-01 GPU 1 (warning)",
+        "[RESOLVED] GPU temperature high on gpu-01 GPU 2 (info)"]
+    assert three["text"].startswith("[FIRING] 3 alerts on gpu-01 (critical)\n[FIRING] &lt;!here&gt;")
+    # A group of 1,000 alerts with the longest names a rule and a node may have, all of them "&".
+    long_names = {"rule_name": "&" * 100, "node": "&" * 200, "reason": "&" * 300}
+    big = FORMATS["slack"].render(group_event(*(an_alert(gpu=gpu, **long_names) for gpu in range(1000))), "ops")
+    slack = orjson.loads(big)
+    assert slack["blocks"][-1]["text"]["text"] == "and 980 more" and len(slack["blocks"]) <= 50
+    assert all(len(block["text"]["text"]) <= 3000 for block in slack["blocks"])
+    assert len(slack["text"]) <= 40_000 and "&amp" not in slack["text"].replace("&amp;", "")
 
 
 def test_every_format_choice_has_a_renderer():
@@ -280,20 +337,27 @@ def test_every_format_choice_has_a_renderer():
 # Webhook replay (issue 31): a delivery has an id in its signed part, and a task sends only what the database says.
 
 
+def flushed(transition_id: int, node: str = "gpu-01") -> Notification:
+    """Put a transition in a group of its own, as dispatch and flush leave it; return the group."""
+    now = datetime.now(UTC)
+    group = Notification.objects.create(node=node, created=now, updated=now, processed=now)
+    Transition.objects.filter(id=transition_id).update(processed=now, notification=group)
+    return group
+
+
 @pytest.fixture
 def dispatched(db, receiver, allow_private, redis_client, monkeypatch):
-    """A firing transition as dispatch leaves it, two gpulse endpoints, and the re-queued attempts recorded
-    instead of sent to a worker."""
+    """A firing transition's notification as flush leaves it, two gpulse endpoints, and the re-queued attempts
+    recorded instead of sent to a worker."""
     from dashboard.alerts import tasks
     from tests.test_webhook_worker import a_transition
 
-    transition = a_transition()
-    Transition.objects.filter(id=transition.id).update(processed=datetime.now(UTC))
+    group = flushed(a_transition().id)
     ops = WebhookEndpoint.objects.create(name="ops", url=receiver.url + "/ops", secret=SECRET, format="gpulse")
     other = WebhookEndpoint.objects.create(name="other", url=receiver.url + "/other", secret=SECRET, format="gpulse")
     queued: list = []
     monkeypatch.setattr(tasks.deliver, "apply_async", lambda args, **kwargs: queued.append(args))
-    return transition, ops, other, queued
+    return group, ops, other, queued
 
 
 def run_deliver(*args, **kwargs):
@@ -303,49 +367,51 @@ def run_deliver(*args, **kwargs):
 
 
 def test_a_retry_keeps_its_delivery_id_and_another_endpoint_gets_another(receiver, dispatched):
-    transition, ops, other, queued = dispatched
+    group, ops, other, queued = dispatched
     receiver.answer(500)
-    assert run_deliver(transition.id, ops.id, 1) == "retry" and queued == [(transition.id, ops.id, 2)]
-    assert run_deliver(transition.id, ops.id, 2) == "ok"
-    assert run_deliver(transition.id, other.id, 1) == "ok"
+    assert run_deliver(group.id, ops.id, 1) == "retry" and queued == [(group.id, ops.id, 2)]
+    assert run_deliver(group.id, ops.id, 2) == "ok"
+    assert run_deliver(group.id, other.id, 1) == "ok"
     first, retry, elsewhere = receiver.wait_for(3)
     ids = [r["headers"]["X-Gpulse-Delivery"] for r in (first, retry, elsewhere)]
     assert ids[0] == ids[1] != ids[2]
     assert [orjson.loads(r["body"])["delivery_id"] for r in (first, retry, elsewhere)] == ids
-    assert ids[0] == str(delivery.delivery_id(transition.event_id, ops.id))
-    assert delivery.delivery_id(uuid.uuid4(), ops.id) != delivery.delivery_id(transition.event_id, ops.id)
+    assert ids[0] == str(delivery.delivery_id(group.event_id, ops.id))
+    assert delivery.delivery_id(uuid.uuid4(), ops.id) != delivery.delivery_id(group.event_id, ops.id)
 
 
 def test_a_task_pushed_again_after_the_delivery_sends_nothing(receiver, dispatched):
-    transition, ops, _, _ = dispatched
-    assert run_deliver(transition.id, ops.id) == "ok"
+    group, ops, _, _ = dispatched
+    assert run_deliver(group.id, ops.id) == "ok"
     # A node with the broker's credential replayed this 15 times, each freshly signed (issue 31).
     for number in (1, 2, 5):
-        assert run_deliver(transition.id, ops.id, number) == "done"
+        assert run_deliver(group.id, ops.id, number) == "done"
     assert len(receiver.requests) == 1
 
 
-def test_a_task_for_a_transition_never_dispatched_to_the_endpoint_sends_nothing(receiver, dispatched):
-    transition, ops, _, _ = dispatched
-    Transition.objects.filter(id=transition.id).update(processed=None)
-    assert run_deliver(transition.id, ops.id) == "refused"  # dispatch never claimed it
-    Transition.objects.filter(id=transition.id).update(processed=datetime.now(UTC), notify=False)
-    assert run_deliver(transition.id, ops.id) == "refused"  # it notifies no one
-    Transition.objects.filter(id=transition.id).update(notify=True)
+def test_a_task_for_a_notification_never_flushed_to_the_endpoint_sends_nothing(receiver, dispatched):
+    group, ops, _, _ = dispatched
+    Notification.objects.filter(id=group.id).update(processed=None)
+    assert run_deliver(group.id, ops.id) == "refused"  # flush never claimed it
+    Notification.objects.filter(id=group.id).update(processed=datetime.now(UTC))
+    group.transitions.update(notify=False)
+    assert run_deliver(group.id, ops.id) == "refused"  # it notifies no one
+    group.transitions.update(notify=True)
     WebhookEndpoint.objects.filter(id=ops.id).update(min_severity="critical")
-    assert run_deliver(transition.id, ops.id) == "refused"  # the endpoint does not want a warning
-    assert run_deliver(transition.id + 1000, ops.id) == "gone"
+    assert run_deliver(group.id, ops.id) == "refused"  # the endpoint wants none of its alerts (a warning)
+    assert run_deliver(group.id + 1000, ops.id) == "gone"
     assert receiver.requests == []
 
 
 def test_a_forged_state_in_the_task_is_refused_and_the_database_state_is_what_goes_out(receiver, dispatched):
-    transition, ops, _, _ = dispatched
+    group, ops, _, _ = dispatched
     with pytest.raises(TypeError):
-        run_deliver(transition.id, ops.id, kind="resolved")
+        run_deliver(group.id, ops.id, kind="resolved")
     with pytest.raises(TypeError):
-        run_deliver(transition.id, ops.id, 1, "resolved")
+        run_deliver(group.id, ops.id, 1, "resolved")
     assert receiver.requests == []
-    assert run_deliver(transition.id, ops.id) == "ok"
+    assert run_deliver(group.id, ops.id) == "ok"
     [request] = receiver.wait_for(1)
     body = orjson.loads(request["body"])
-    assert (body["kind"], body["status"], body["event_id"]) == ("firing", "firing", str(transition.event_id))
+    assert (body["kind"], body["status"], body["event_id"]) == ("firing", "firing", str(group.event_id))
+    assert [a["status"] for a in body["alerts"]] == ["firing"]

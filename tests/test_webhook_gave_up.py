@@ -25,6 +25,7 @@ def retries(settings):
     settings.GPULSE_WEBHOOK_TIMEOUT = DEADLINE
     settings.GPULSE_WEBHOOK_MAX_ATTEMPTS = ATTEMPTS
     settings.GPULSE_WEBHOOK_RETRY_BASE = 0.05
+    settings.GPULSE_ALERT_GROUP_WAIT = 0
 
 
 def delivered(url: str) -> list[DeliveryAttempt]:

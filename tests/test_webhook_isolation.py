@@ -7,6 +7,7 @@ silent one and a healthy one, all on 127.0.0.1.
 
 import time
 
+import orjson
 import pytest
 from django.utils import timezone
 
@@ -35,16 +36,19 @@ def deliveries(settings):
     settings.GPULSE_WEBHOOK_TIMEOUT = DEADLINE
     settings.GPULSE_WEBHOOK_MAX_ATTEMPTS = 1  # one attempt each: the trickle's retries would only lengthen the test
     settings.GPULSE_WEBHOOK_ENDPOINT_CONCURRENCY = 2
+    settings.GPULSE_ALERT_GROUP_WAIT = 0
 
 
-def notified_transitions(count: int, node: str) -> list[Transition]:
-    """Return ``count`` firing transitions of one rule, one per GPU of ``node``, each to be notified."""
+def notified_transitions(count: int, prefix: str) -> list[Transition]:
+    """Return ``count`` firing transitions of one rule, each on a node of its own (``prefix``-0, -1, …), so each
+    is a notification of its own."""
     rule, _ = Rule.objects.get_or_create(name="hot", metric="gpu.temp", comparison=">", threshold=85)
     now = timezone.now()
     made = []
-    for gpu in range(count):
+    for n in range(count):
+        node = f"{prefix}-{n}"
         alert = Alert.objects.create(
-            fingerprint=fingerprint(rule.id, node, gpu), rule=rule, node=node, gpu=gpu, status=FIRING, status_since=now
+            fingerprint=fingerprint(rule.id, node, 0), rule=rule, node=node, gpu=0, status=FIRING, status_since=now
         )
         made.append(Transition.objects.create(
             alert=alert, old=INACTIVE, new=FIRING, reason="temp > 85", value=90, created=now, notify=True
@@ -53,13 +57,13 @@ def notified_transitions(count: int, node: str) -> list[Transition]:
 
 
 def arrival_times(receiver, count: int, timeout: float) -> dict[str, float]:
-    """Wait for ``count`` requests; return the monotonic time each event id first arrived."""
+    """Wait for ``count`` requests; return the monotonic time each node's notification first arrived."""
     seen: dict[str, float] = {}
     deadline = time.monotonic() + timeout
     with receiver.received:
         while len(seen) < count:
             for request in receiver.requests:
-                seen.setdefault(request["headers"]["X-Gpulse-Event"], time.monotonic())
+                seen.setdefault(orjson.loads(request["body"])["group"]["node"], time.monotonic())
             left = deadline - time.monotonic()
             assert left > 0, f"{len(seen)} of {count} notifications arrived within {timeout:g} s"
             receiver.received.wait(min(left, 0.05))
@@ -73,7 +77,7 @@ def latencies(receiver, transitions: list[Transition]) -> list[float]:
     for transition in transitions:
         tasks.dispatch.delay(transition.id)
     arrived = arrival_times(receiver, already + len(transitions), timeout=60)
-    return [arrived[str(t.event_id)] - started for t in transitions]
+    return [arrived[t.alert.node] - started for t in transitions]
 
 
 def wait_until_done(endpoint: WebhookEndpoint, count: int, timeout: float = 60) -> None:

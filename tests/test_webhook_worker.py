@@ -1,4 +1,5 @@
-"""Deliveries end to end: evaluate() → transition → real Celery worker (webhooks queue) → real receiver."""
+"""Deliveries end to end: evaluate() → transition → real Celery worker (webhooks queue: dispatch, flush of the
+node's group, deliver) → real receiver. Grouping itself: tests/test_webhook_grouping.py."""
 
 import time
 
@@ -9,9 +10,9 @@ from dashboard.alerts import tasks
 from dashboard.alerts.delivery import signature
 from dashboard.alerts.evaluate import AlertEvaluator
 from dashboard.alerts.models import DeliveryAttempt, Rule, Transition, WebhookEndpoint
+from dashboard.celery_app import app
 from tests.celery_workers import webhook_worker_running
 from tests.test_alerts_evaluate import T0, hot
-from workers.celery_app import app
 
 SECRET = "worker-test-secret"
 
@@ -30,6 +31,7 @@ def worker(django_db_setup, django_db_blocker):
 def endpoint(receiver, settings):
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     settings.GPULSE_WEBHOOK_RETRY_BASE = 0.02  # seconds: the real backoff, made tiny
+    settings.GPULSE_ALERT_GROUP_WAIT = 0  # each test's alert is its node's only one: no need to wait for others
     return WebhookEndpoint.objects.create(name="ops", url=receiver.url + "/hook", secret=SECRET, format="gpulse")
 
 
@@ -70,13 +72,14 @@ def test_a_receiver_answering_500_500_200_gets_three_attempts_with_one_event_id(
     transition = a_transition()
     tasks.dispatch.delay(transition.id)
     requests = receiver.wait_for(3)
-    assert {r["headers"]["X-Gpulse-Event"] for r in requests} == {str(transition.event_id)}
+    group = Transition.objects.select_related("notification").get(id=transition.id).notification
+    assert {r["headers"]["X-Gpulse-Event"] for r in requests} == {str(group.event_id)}
     for request in requests:
         assert_signed(request)
     logged = attempts(3)
     outcomes = [(a.attempt, a.status_code, a.outcome) for a in logged]
     assert outcomes == [(1, 500, "retry"), (2, 500, "retry"), (3, 200, "ok")]
-    assert all(a.transition_id == transition.id and a.endpoint_id == endpoint.id for a in logged)
+    assert all(a.notification_id == group.id and a.endpoint_id == endpoint.id and a.alerts == 1 for a in logged)
 
 
 def test_a_receiver_answering_400_gets_one_attempt(worker, receiver, endpoint):
@@ -112,9 +115,10 @@ def test_a_duplicated_dispatch_delivers_once(worker, receiver, endpoint):
 def test_severity_filter_and_disabled_endpoints_are_respected(worker, receiver, endpoint):
     WebhookEndpoint.objects.create(name="pager", url=receiver.url + "/pager", format="slack", min_severity="critical")
     WebhookEndpoint.objects.create(name="off", url=receiver.url + "/off", enabled=False)
-    assert tasks.dispatch(a_transition(severity="warning").id) == 1
+    assert tasks.dispatch(a_transition(severity="warning").id) == 1  # its group's flush goes to the worker
     [request] = receiver.wait_for(1)
-    assert request["path"] == "/hook"
+    time.sleep(0.5)
+    assert request["path"] == "/hook" and len(receiver.requests) == 1
 
 
 def test_a_hot_gpu_gives_exactly_one_firing_and_one_resolved_post(worker, receiver, endpoint):
@@ -135,7 +139,7 @@ def test_a_hot_gpu_gives_exactly_one_firing_and_one_resolved_post(worker, receiv
     assert len(receiver.requests) == 2
     bodies = [orjson.loads(r["body"]) for r in requests]
     assert [b["status"] for b in bodies] == ["firing", "resolved"]
-    assert bodies[0]["alert"]["value"] == 91 and bodies[1]["alert"]["value"] == 60
+    assert bodies[0]["alerts"][0]["value"] == 91 and bodies[1]["alerts"][0]["value"] == 60
     assert requests[0]["headers"]["X-Gpulse-Event"] != requests[1]["headers"]["X-Gpulse-Event"]
     for request in requests:
         assert_signed(request)

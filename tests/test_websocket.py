@@ -11,6 +11,7 @@ from dashboard.live.ingest import Ingest
 from dashboard.live.publish import FramePublisher
 from gpulse import schema
 from gpulse.keys import Keys
+from tests.ingest_stages import STAGES
 from tests.samples import sample
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,7 +141,7 @@ async def test_sockets_of_a_crashed_process_stop_counting_once_their_heartbeat_l
 
 async def test_a_browser_gets_the_snapshot_then_one_delta_per_tick(redis_client, session_cookie):
     publisher = FramePublisher()
-    ingest = Ingest(redis_client, publisher.publish, discover_every=0.0)
+    ingest = Ingest(redis_client, publisher.publish, discover_every=0.0, stages=STAGES)
     try:
         redis_client.xadd(Keys().telemetry_stream("n1"), {"s": schema.encode(sample("n1"))})
         await asyncio.to_thread(ingest.read, 10)
@@ -182,7 +183,7 @@ async def test_the_node_socket_sends_the_full_sample_and_status(redis_client, se
 
 
 async def test_a_job_socket_outlasts_a_quiet_queue_then_relays_rows_and_the_end(redis_client, session_cookie):
-    from workers import job_events
+    from gpulse import job_events
 
     communicator = WebsocketCommunicator(application, "/ws/benchmarks/7/", headers=headers(session_cookie))
     connected, _ = await communicator.connect()
@@ -199,7 +200,7 @@ async def test_a_job_socket_outlasts_a_quiet_queue_then_relays_rows_and_the_end(
 
 async def test_the_node_socket_judges_a_node_with_a_skewed_clock_by_arrival(redis_client, session_cookie):
     publisher = FramePublisher()
-    ingest = Ingest(redis_client, publisher.publish)
+    ingest = Ingest(redis_client, publisher.publish, stages=STAGES)
     try:
         behind = sample("skewed", ts=time.time() - 3600)  # its clock is an hour behind; it reports every second
         redis_client.xadd(Keys().telemetry_stream("skewed"), {"s": schema.encode(behind)})

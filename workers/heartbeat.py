@@ -1,11 +1,5 @@
-"""Node-worker heartbeats: `gpulse:worker:<node>` exists while a benchmark worker
-consumes the node's queue.
-
-A launch on a node without one is refused at once (its task would wait in the
-queue until the job's time limit), and a running job whose node lost its
-worker ends without waiting for that limit. The key expires by itself when the
-worker dies, so no clock of two machines is ever compared.
-"""
+"""The node worker's heartbeat thread: it keeps `gpulse:worker:<node>` alive
+for each node whose queue the worker consumes (the contract: gpulse/heartbeat.py)."""
 
 import json
 import logging
@@ -16,14 +10,10 @@ import time
 
 import redis
 
+from gpulse.heartbeat import INTERVAL_S, TTL_S
 from gpulse.keys import Keys
 
 log = logging.getLogger(__name__)
-
-# A beat every 3 s with a 10 s TTL: a busy Redis may delay one or two beats,
-# and a dead worker is noticed within 10 s.
-INTERVAL_S = 3
-TTL_S = 10
 
 
 class Heartbeat:
@@ -60,11 +50,3 @@ class Heartbeat:
         except redis.RedisError as exc:
             log.warning("heartbeat of %s not removed (it expires in %s s): %s", ", ".join(self.nodes), TTL_S, exc)
         self.client.close()
-
-
-def workerless(client: redis.Redis, keys: Keys, nodes: list[str]) -> list[str]:
-    """Return the nodes among ``nodes`` that have no live benchmark worker, in order."""
-    pipe = client.pipeline(transaction=False)
-    for node in nodes:
-        pipe.exists(keys.worker(node))
-    return [node for node, alive in zip(nodes, pipe.execute(), strict=True) if not alive]

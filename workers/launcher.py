@@ -1,10 +1,10 @@
-"""Run one node's share of an all-reduce job: spawn its ranks and watch them.
+"""Run one node's share of a collective job: spawn its ranks and watch them.
 
 A job is one `run_node` call per node. Node 0's launcher hosts the job's
 rendezvous (a torch.distributed TCPStore on master_port) for as long as its
 ranks run; every rank, on every node, connects to it with its global rank
 node_rank × ranks_per_node + local_rank. Ranks are child processes
-(`python -m workers.allreduce`); they report JSON lines on a pipe each, and
+(`python -m workers.collective`); they report JSON lines on a pipe each, and
 rank 0's rows are handed to `on_row` as they complete. Subprocesses rather
 than multiprocessing: they start from Celery's daemonic pool processes, they
 leave no helper process (resource tracker) behind, and a rank exits by
@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workers.allreduce import ARRIVED_KEY
-from workers.job_status import JobStatus
-from workers.sweep_spec import Row, SpecError, SweepSpec
+from gpulse.job_status import JobStatus
+from gpulse.sweep_spec import Row, SpecError, SweepSpec
+from workers.collective import ARRIVED_KEY
 
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 _POLL_S = 0.05
@@ -133,7 +133,7 @@ class _Rank:
         self.log = tempfile.TemporaryFile()
         read_fd, write_fd = os.pipe()
         self.fd: int | None = read_fd  # None once the rank closed its end
-        command = [sys.executable, "-m", "workers.allreduce", "--local-rank", str(local_rank),
+        command = [sys.executable, "-m", "workers.collective", "--local-rank", str(local_rank),
                    "--report-fd", str(write_fd), "--parent-pid", str(os.getpid()),
                    "--spec", json.dumps(spec.to_dict())]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_REPO_ROOT, os.environ.get("PYTHONPATH")])))

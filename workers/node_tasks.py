@@ -3,14 +3,15 @@
 import logging
 import os
 
+from gpulse import job_events
+from gpulse.celery_contract import BENCHMARK_HARD_LIMIT, RUN_NODE_TASK
+from gpulse.job_status import JobStatus
 from gpulse.keys import Keys
-from workers import job_events
-from workers.celery_app import BENCHMARK_HARD_LIMIT, app
+from gpulse.sweep_spec import DEFAULT_MAX_BYTES, Limits, SpecError, SweepSpec
+from workers.celery_app import app
 from workers.errors import in_a_line
-from workers.job_status import JobStatus
 from workers.launcher import run_node
 from workers.redis_client import redis_client
-from workers.sweep_spec import DEFAULT_MAX_BYTES, Limits, SpecError, SweepSpec
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def node_limits() -> Limits:
 
 
 @app.task(
-    name="gpulse.benchmarks.run_node",
+    name=RUN_NODE_TASK,
     acks_late=True,
     time_limit=BENCHMARK_HARD_LIMIT,
     soft_time_limit=BENCHMARK_HARD_LIMIT - 60,

@@ -2,7 +2,7 @@
 
 Its tasks run benchmark ranks and touch no database, so Django is never imported.
 Before it connects it moves to its node's own Celery key space
-(workers/celery_app.py, node_broker): it consumes only node queues, all of one
+(gpulse/celery_contract.py, node_broker): it consumes only node queues, all of one
 broker (one node's, or the demo's simulated nodes'), with remote control and
 events off; start it with --without-gossip --without-mingle, which need the
 pidbox its ACL user does not have.
@@ -11,12 +11,12 @@ While it runs it keeps a heartbeat for each node whose queue it consumes
 """
 
 
-import redis
 from celery.signals import celeryd_init, worker_ready, worker_shutdown
 
-from gpulse.redis_url import redis_url_from_environment
+from gpulse.celery_contract import node_broker, node_queue, node_transport_options
+from gpulse.node_redis import node_redis_client
 from workers import node_tasks  # noqa: F401  (registers the tasks)
-from workers.celery_app import app, node_broker, node_queue, node_transport_options
+from workers.celery_app import app
 from workers.heartbeat import Heartbeat
 
 __all__ = ["app"]
@@ -58,8 +58,7 @@ def start_heartbeat(sender, **_) -> None:
              if queue.name.startswith(NODE_QUEUE)]
     if nodes:
         # Its own client: the tasks' client is closed on shutdown before or after this one.
-        _heartbeat = Heartbeat(redis.Redis.from_url(redis_url_from_environment(),
-                                                    socket_timeout=5, socket_connect_timeout=2), nodes)
+        _heartbeat = Heartbeat(node_redis_client(), nodes)
         _heartbeat.start()
 
 

@@ -8,11 +8,7 @@ connections.
 import redis
 from celery.signals import worker_process_shutdown, worker_shutdown
 
-from gpulse.redis_url import redis_url_from_environment
-
-# A Redis that does not answer must fail the task's Redis call, not hang the ranks.
-SOCKET_TIMEOUT = 5
-CONNECT_TIMEOUT = 2
+from gpulse.node_redis import node_redis_client
 
 _client: redis.Redis | None = None
 
@@ -20,11 +16,7 @@ _client: redis.Redis | None = None
 def redis_client() -> redis.Redis:
     global _client
     if _client is None:
-        _client = redis.Redis.from_url(
-            redis_url_from_environment(),  # REDIS_URL or $GPULSE_REDIS_URL_FILE
-            socket_timeout=SOCKET_TIMEOUT,
-            socket_connect_timeout=CONNECT_TIMEOUT,
-        )
+        _client = node_redis_client()
     return _client
 
 

@@ -1,28 +1,22 @@
-"""Present a sweep like nccl-tests' all_reduce_perf: a '#' header, one line per
-size (out-of-place, then in-place), the closing summary; or as JSON, gpulse's
-own or nccl-tests' `-J` layout. Lines and fields follow nccl-tests' src/util.cu
-(writeDeviceReport, writeResultHeader, writeBenchmarkLineBody,
-writeResultFooter) so parsers written for all_reduce_perf read them unchanged."""
+"""Present a sweep like nccl-tests' binary for its operation (all_reduce_perf,
+all_gather_perf, …): a '#' header, one line per size (out-of-place, then
+in-place), the closing summary; or as JSON, gpulse's own or nccl-tests' `-J`
+layout. Lines and fields follow nccl-tests' src/util.cu (writeDeviceReport,
+writeResultHeader, writeBenchmarkLineBody, writeResultFooter) so parsers
+written for nccl-tests read them unchanged."""
 
 from __future__ import annotations
 
 import math
 import time
 
-from workers.sweep_spec import Row, SweepSpec
+from gpulse.sweep_spec import Collective, Row, SweepSpec, avg_busbw
 
 _HEAD = "# %10s  %12s  %8s  %6s  %6s" + "  %7s  %6s  %6s  %6s" * 2
 _LINE = "%12d  %12d  %8s  %6s  %6d"
 _LABELS = "# %10s  %12s  %8s  %6s  %6s" % ("", "", "", "", "")
 _BLOCK = len("  %7s  %6s  %6s  %6s" % ("", "", "", ""))
-ALLREDUCE_ROOT = -1  # all_reduce has no root; nccl-tests prints -1
-PROGRAM = "all_reduce_perf"  # the nccl-tests binary whose output this mirrors
 NCCL_TESTS_JSON_VERSION = 2  # util.cu's JSON_FILE_VERSION
-
-
-def avg_busbw(rows: list[Row]) -> float:
-    """Return the mean busbw over every measurement, in-place ones included (as nccl-tests)."""
-    return sum(row.busbw for row in rows) / len(rows) if rows else 0.0
 
 
 def wrong_total(rows: list[Row]) -> int | None:
@@ -31,18 +25,30 @@ def wrong_total(rows: list[Row]) -> int | None:
     return sum(checked) if checked else None
 
 
+# What the placements mean where torch.distributed differs from NCCL's calls.
+PLACEMENT_NOTES = {
+    "all_reduce": "out-of-place: a copy into the output, then the in-place all_reduce (torch.distributed has no other)",
+    "broadcast": "out-of-place: a copy into the output, then the in-place broadcast (torch.distributed has no other)",
+    "reduce": "out-of-place: a copy into the output, then the in-place reduce (torch.distributed has no other)",
+    "alltoall": "in-place: not measured (torch.distributed has no in-place alltoall)",
+    "sendrecv": "in-place: not measured (a send and a receive on one buffer race)",
+}
+
+
 def header_lines(spec: SweepSpec, versions: dict) -> list[str]:
     world = spec.world_size
+    program = spec.collective.program
     lines = [
         f"# gpulse {spec.op}: backend {spec.backend}  ranks {world} ({spec.nnodes} node(s) x {spec.ranks_per_node})",
-        f"# Collective test starting: {PROGRAM}",
+        f"# Collective test starting: {program}",
         # nccl-tests' own line: every rank is a process with one GPU, as `mpirun -np N all_reduce_perf -g 1`.
         f"# nThread 1 nGpus 1 minBytes {spec.min_bytes} maxBytes {spec.max_bytes} step: {spec.factor}(factor)"
         f" warmup iters: {spec.warmup} iters: {spec.iters} agg iters: 1 validation: {int(spec.check)} graph: 0",
         "# " + "  ".join(f"{name} {value or '-'}" for name, value in versions.items()),
-        "# out-of-place: a copy into the output, then the in-place all-reduce (torch.distributed has no other)",
     ]
-    if world == 1:
+    if spec.op in PLACEMENT_NOTES:
+        lines.append("# " + PLACEMENT_NOTES[spec.op])
+    if world == 1 and spec.collective.bus_factor(1) == 0:
         lines.append("# one rank: nothing crosses a link, so busbw is 0 (as in nccl-tests)"
                      " and algbw measures no transfer")
     return lines + [
@@ -80,23 +86,43 @@ def _measurement(row: Row) -> str:
     return measured + "  %6g" % row.wrong
 
 
-def row_line(outplace: Row, inplace: Row) -> str:
-    return (_LINE % (outplace.size, outplace.count, outplace.type, outplace.redop, ALLREDUCE_ROOT)
-            + _measurement(outplace) + _measurement(inplace))
+_NOT_MEASURED = "  %7s  %6s  %6s  %6s" % ("N/A", "N/A", "N/A", "N/A")
 
 
-def footer_lines(rows: list[Row]) -> list[str]:
+def row_line(op: Collective, outplace: Row, inplace: Row | None) -> str:
+    """One size's line: ``inplace`` None for an operation without an in-place form."""
+    return (_LINE % (outplace.size, outplace.count, outplace.type, outplace.redop, op.root)
+            + _measurement(outplace) + (_measurement(inplace) if inplace else _NOT_MEASURED))
+
+
+class LineByLine:
+    """The table's lines as rank 0's rows come: a size's line once its last row (in-place, where there is one) is in."""
+
+    def __init__(self, spec: SweepSpec):
+        self.op = spec.collective
+        self._outplace: Row | None = None
+
+    def add(self, row: Row) -> str | None:
+        if not row.inplace and self.op.in_place:
+            self._outplace = row
+            return None
+        if row.inplace:
+            assert self._outplace is not None, "an in-place row comes after its size's out-of-place one"
+            return row_line(self.op, self._outplace, row)
+        return row_line(self.op, row, None)
+
+
+def footer_lines(spec: SweepSpec, rows: list[Row]) -> list[str]:
     wrong = wrong_total(rows)
     verdict = "N/A (check off)" if wrong is None else f"{wrong} {'FAILED' if wrong else 'OK'}"
     return [f"# Out of bounds values : {verdict}", f"# Avg bus bandwidth    : {avg_busbw(rows):g}",
-            "#", f"# Collective test concluded: {PROGRAM}"]
+            "#", f"# Collective test concluded: {spec.collective.program}"]
 
 
 def table_lines(spec: SweepSpec, versions: dict, rows: list[Row]) -> list[str]:
     """Return a finished sweep's whole report: header, a line per size (out-of-place beside in-place), footer."""
-    outplace = {row.size: row for row in rows if not row.inplace}
-    return [*header_lines(spec, versions), *(row_line(outplace[row.size], row) for row in rows if row.inplace),
-            *footer_lines(rows)]
+    lines = LineByLine(spec)
+    return [*header_lines(spec, versions), *filter(None, map(lines.add, rows)), *footer_lines(spec, rows)]
 
 
 def to_json(spec: SweepSpec, versions: dict, rows: list[Row]) -> dict:
@@ -104,7 +130,9 @@ def to_json(spec: SweepSpec, versions: dict, rows: list[Row]) -> dict:
             "rows": [row.to_dict() for row in rows], "avg_busbw": avg_busbw(rows), "versions": versions}
 
 
-def _nccl_tests_measurement(row: Row) -> dict:
+def _nccl_tests_measurement(row: Row | None) -> dict | None:
+    if row is None:
+        return None  # an operation without an in-place form
     return {"time": row.time_us, "alg_bw": row.algbw, "bus_bw": row.busbw,
             "nwrong": None if row.wrong is None else float(row.wrong)}
 
@@ -134,12 +162,13 @@ def to_nccl_tests_json(spec: SweepSpec, versions: dict, rows: list[Row], args: l
     which here would carry gpulse's secrets. "devices" is empty too: the
     ranks' processes are not known to the report.
     """
-    outplace = {row.size: row for row in rows if not row.inplace}
+    inplace = {row.size: row for row in rows if row.inplace}
     results = [
         {"size": row.size, "count": row.count, "type": row.type, "redop": row.redop,
-         "root": "%6i" % ALLREDUCE_ROOT, "out_of_place": _nccl_tests_measurement(outplace[row.size]),
-         "in_place": _nccl_tests_measurement(row), "actual_iterations": spec.iters, "experiment_name": ""}
-        for row in rows if row.inplace and row.size in outplace
+         "root": "%6i" % spec.collective.root, "out_of_place": _nccl_tests_measurement(row),
+         "in_place": _nccl_tests_measurement(inplace.get(row.size)), "actual_iterations": spec.iters,
+         "experiment_name": ""}
+        for row in rows if not row.inplace and (row.size in inplace or not spec.collective.in_place)
     ]
     wrong = wrong_total(rows) or 0
     return {

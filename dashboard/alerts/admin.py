@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from dashboard.alerts.models import Alert, DeliveryAttempt, Rule, Silence, Transition, WebhookEndpoint
+from dashboard.alerts.models import Alert, DeliveryAttempt, Notification, Rule, Silence, Transition, WebhookEndpoint
 
 
 @admin.register(Rule)
@@ -20,8 +20,14 @@ class AlertAdmin(admin.ModelAdmin):
 
 @admin.register(Transition)
 class TransitionAdmin(admin.ModelAdmin):
-    list_display = ("alert", "old", "new", "reason", "created", "notify", "processed")
+    list_display = ("alert", "old", "new", "reason", "created", "notify", "processed", "notification")
     readonly_fields = [f.name for f in Transition._meta.fields]
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    list_display = ("node", "event_id", "created", "updated", "processed")
+    readonly_fields = [f.name for f in Notification._meta.fields]
 
 
 @admin.register(Silence)
@@ -38,6 +44,8 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
 
 @admin.register(DeliveryAttempt)
 class DeliveryAttemptAdmin(admin.ModelAdmin):
-    list_display = ("endpoint", "kind", "event_id", "attempt", "status_code", "outcome", "duration_ms", "created")
+    list_display = (
+        "endpoint", "kind", "event_id", "alerts", "attempt", "status_code", "outcome", "duration_ms", "created"
+    )
     list_filter = ("outcome",)
     readonly_fields = [f.name for f in DeliveryAttempt._meta.fields]

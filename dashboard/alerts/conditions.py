@@ -149,7 +149,7 @@ def owner_detail(owner: usage.Owner) -> str:
 
 
 # GPU-level health metrics: 1 while the GPU has a warn or fail finding of this check
-# (dashboard.live.node_health), 0 when it has none, no verdict while the node sends no health.
+# (dashboard.health.node_health), 0 when it has none, no verdict while the node sends no health.
 HEALTH_GPU_CHECKS = {
     "gpu.pcie_degraded": "pcie_link",
     "gpu.row_remap_pending": "row_remap",
@@ -171,7 +171,7 @@ def node_value(metric: str, node, health=None) -> int | None:
     node.down, node.stale, node.clock_skew, node.twin_collector (a second collector reports
     as the node): 1 when the node is in that state, else 0.
     node.health: its verdict's level (0 healthy, 1 degraded, 2 failing) from ``health``
-    (its dashboard.live.node_health.NodeHealth), None without a verdict (down, no checks).
+    (its dashboard.health.node_health.NodeHealth), None without a verdict (down, no checks).
     ib.port_down: how many of its InfiniBand/RoCE ports are not ACTIVE/LinkUp, None when
     it reports no ports or is not up (its last sample is not current).
     """

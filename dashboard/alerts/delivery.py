@@ -4,7 +4,7 @@ Signature: X-Gpulse-Signature = "sha256=" + hex HMAC-SHA256(secret, f"{timestamp
 with the timestamp of X-Gpulse-Timestamp (unix seconds), so a receiver can
 reject stale replays. Each delivery has an id (X-Gpulse-Delivery, and in the
 gpulse format's signed body "delivery_id"), the same on every retry of one
-transition to one endpoint, so a receiver refuses one it has already seen
+notification to one endpoint, so a receiver refuses one it has already seen
 within the timestamp tolerance (docs/webhook-signature.md).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from dashboard.alerts import outbound
 from dashboard.alerts.formats import FORMATS, Event
-from dashboard.alerts.models import DeliveryAttempt, Transition, WebhookEndpoint
+from dashboard.alerts.models import DeliveryAttempt, Notification, WebhookEndpoint
 
 USER_AGENT = "gpulse-webhook/1"
 
@@ -95,7 +95,7 @@ def send(url: str, secret: str, format_name: str, event: Event, receiver: str,
 
 
 def attempt(
-    endpoint: WebhookEndpoint, event: Event, number: int, transition: Transition | None = None, last: bool = False
+    endpoint: WebhookEndpoint, event: Event, number: int, notification: Notification | None = None, last: bool = False
 ) -> DeliveryAttempt:
     """Send ``event`` to ``endpoint`` once and log the attempt.
 
@@ -107,9 +107,10 @@ def attempt(
     outcome = DeliveryAttempt.GAVE_UP if last and result.outcome == DeliveryAttempt.RETRY else result.outcome
     return DeliveryAttempt.objects.create(
         endpoint=endpoint,
-        transition=transition,
+        notification=notification,
         event_id=event.event_id,
         kind=event.kind,
+        alerts=len(event.alerts),
         attempt=number,
         status_code=result.status_code,
         error=result.error[:500],

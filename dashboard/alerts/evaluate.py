@@ -5,9 +5,9 @@ Only targets that are pending or firing are kept in memory; the database is
 written only when one changes, in bulk, and every change is a compare-and-set
 on the Alert row (unique fingerprint): when two ingest processes evaluate the
 same cluster, one wins each transition and the other adopts the result, so
-each transition, and each notification, happens once. A rule with "drain"
-also records a drain when it fires and queues a resume look when it resolves
-(dashboard/scheduler/hooks.py); scontrol runs on the scheduler worker.
+each transition, and each notification, happens once. The hooks other
+features register (dashboard/alerts/hooks.py: the Slurm drain of a rule with
+"drain") see each recorded transition in the same transaction.
 """
 
 import logging
@@ -20,6 +20,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from dashboard.alerts import generation as rules_generation
+from dashboard.alerts import hooks
 from dashboard.alerts.conditions import (
     DESCRIBES_XID,
     INHIBITING,
@@ -44,7 +45,6 @@ from dashboard.alerts.models import (
     fingerprint,
 )
 from dashboard.live.state import ClusterState
-from dashboard.scheduler import hooks as drain_hooks
 from gpulse.ratelog import RateLimitedLog
 from gpulse.status import UP
 from gpulse.usage import NOBODY, Owner, owner
@@ -153,7 +153,7 @@ class AlertEvaluator:
         """Evaluate every enabled rule against ``state``; log and carry on on any error.
 
         ``probes``: node -> its latest busbw; ``health``: node -> its NodeHealth
-        (dashboard.live.node_health), which the health metrics read.
+        (dashboard.health.node_health), which the health metrics read.
         """
         now = self.clock() if now is None else now
         try:
@@ -438,8 +438,7 @@ class AlertEvaluator:
             to_send = [row.id for row in rows if row.notify]
             if to_send:
                 transaction.on_commit(lambda: self._enqueue(to_send))
-            if drain_hooks.enabled():
-                self._drain_or_resume([(p, alert_id[p.key]) for p in winners])
+            self._run_hooks([(p, alert_id[p.key]) for p in winners])
         self._alert_ids.update(created)
         for p in winners:
             self._apply(p, alert_id[p.key], now)
@@ -448,22 +447,21 @@ class AlertEvaluator:
             self._adopt(losers)
         self._index_active()
 
-    def _drain_or_resume(self, changes: list[tuple[Proposal, int]]) -> None:
-        """Record a drain for each firing of a drain rule and queue it, and a resume look for each
-        resolution, once the transaction commits; the scheduler worker calls scontrol."""
-        fired: list[drain_hooks.Fired] = []
-        resumes: dict[str, float] = {}
+    def _run_hooks(self, changes: list[tuple[Proposal, int]]) -> None:
+        """Give the recorded transitions to each registered hook, inside their transaction, and run
+        what each returns once it commits."""
+        registered = hooks.registered()
+        if not registered:
+            return
+        batch = []
         for p, alert_id in changes:
             compiled = self._rules.get(p.key[0])
             rule = compiled.rule if compiled is not None else None
-            if p.change in ("fire", "fire_now") and rule is not None and rule.drain:
-                fired.append(drain_hooks.Fired(alert_id, rule, p.key[1], p.key[2], p.reason))
-            elif p.change == "resolve" and (rule is None or rule.drain):
-                # A rule that was disabled or deleted may have drained the node: look.
-                resumes[p.key[1]] = max(resumes.get(p.key[1], 0.0), drain_hooks.resume_after(rule))
-        drain_ids = drain_hooks.record_firings(fired)
-        if drain_ids or resumes:
-            transaction.on_commit(lambda: drain_hooks.enqueue(drain_ids, resumes))
+            batch.append(hooks.Change(alert_id, rule, p.key[1], p.key[2], p.change, p.reason))
+        for hook in registered:
+            after_commit = hook(batch)
+            if after_commit is not None:
+                transaction.on_commit(after_commit)
 
     def _ensure_rows(self, keys: list[tuple], when: datetime) -> dict[tuple, int]:
         """Create the Alert rows ``keys`` lack (another evaluator may have made some); return their ids."""

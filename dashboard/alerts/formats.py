@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import orjson
 from django.conf import settings
 
-from dashboard.alerts.models import FIRING, RESOLVED, Transition
+from dashboard.alerts.models import FIRING, RESOLVED, SEVERITY_RANK, Transition
 from gpulse.usage import NOBODY, Owner
 
 # Alertmanager's "no end yet" timestamp: Go's zero time.
@@ -15,10 +15,9 @@ ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
 @dataclass(frozen=True)
-class Event:
-    """One notification: what a receiver is told, whatever the format."""
+class EventAlert:
+    """One alert of a notification, as its transition left it."""
 
-    event_id: uuid.UUID
     kind: str  # firing, resolved, repeat or test
     rule_id: int | None
     rule_name: str
@@ -31,7 +30,6 @@ class Event:
     reason: str
     starts_at: datetime
     ends_at: datetime | None
-    created: datetime
     # Whose the GPU is, for the metrics that name it (gpu.idle_allocated); NOBODY otherwise.
     owner: Owner = NOBODY
 
@@ -56,11 +54,10 @@ class Event:
         return f"{self.condition} ({value}): {self.reason}"
 
     @classmethod
-    def from_transition(cls, transition: Transition) -> "Event":
+    def from_transition(cls, transition: Transition) -> "EventAlert":
         alert = transition.alert
         rule = alert.rule
         return cls(
-            event_id=transition.event_id,
             kind=transition.kind,
             rule_id=rule.id,
             rule_name=rule.name,
@@ -73,15 +70,50 @@ class Event:
             reason=transition.reason,
             starts_at=alert.fired_at or transition.created,
             ends_at=transition.created if transition.new == RESOLVED else None,
-            created=transition.created,
             owner=Owner(transition.owner_user, transition.owner_job, transition.owner_pod),
         )
+
+
+# A group's kind is its most pressing alert's: a new firing before a repeat before a resolution.
+_KIND_ORDER = ("test", "firing", "repeat", "resolved")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One notification: the alerts of one node's group (Alertmanager's group_by [node]), whatever the format."""
+
+    event_id: uuid.UUID
+    node: str  # the group's
+    alerts: tuple[EventAlert, ...]  # the most severe first
+    created: datetime
+
+    @property
+    def kind(self) -> str:
+        return min((a.kind for a in self.alerts), key=_KIND_ORDER.index)
+
+    @property
+    def status(self) -> str:
+        """Firing while any of its alerts fires, as Alertmanager's."""
+        return FIRING if any(a.status == FIRING for a in self.alerts) else RESOLVED
+
+    @property
+    def severity(self) -> str:
+        return max((a.severity for a in self.alerts), key=SEVERITY_RANK.__getitem__)
+
+    @classmethod
+    def from_transitions(cls, event_id: uuid.UUID, transitions: list[Transition]) -> "Event":
+        """The notification ``event_id`` of ``transitions`` (one node's, at least one, ``alert__rule`` loaded)."""
+        alerts = sorted(
+            (EventAlert.from_transition(t) for t in transitions),
+            key=lambda a: (-SEVERITY_RANK[a.severity], a.rule_name, -1 if a.gpu is None else a.gpu),
+        )
+        return cls(event_id=event_id, node=alerts[0].node, alerts=tuple(alerts),
+                   created=max(t.created for t in transitions))
 
     @classmethod
     def test(cls, now: datetime | None = None) -> "Event":
         now = now or datetime.now(UTC)
-        return cls(
-            event_id=uuid.uuid4(),
+        alert = EventAlert(
             kind="test",
             rule_id=None,
             rule_name="gpulse test event",
@@ -94,8 +126,8 @@ class Event:
             reason="a test sent from gpulse; no action needed",
             starts_at=now,
             ends_at=None,
-            created=now,
         )
+        return cls(event_id=uuid.uuid4(), node=alert.node, alerts=(alert,), created=now)
 
 
 def rfc3339(moment: datetime | None) -> str:
@@ -169,100 +201,147 @@ class GpulseFormat(Format):
     def render(self, event, receiver, delivery_id=None):
         return orjson.dumps(
             {
-                "version": 1,
+                "version": 2,
                 "event_id": str(event.event_id),
                 # Signed with the body: a receiver refuses one it has seen (docs/webhook-signature.md).
                 "delivery_id": str(delivery_id) if delivery_id else None,
                 "kind": event.kind,
                 "status": event.status,
                 "receiver": receiver,
-                "alert": {
-                    "fingerprint": event.fingerprint,
-                    "rule_id": event.rule_id,
-                    "rule": event.rule_name,
-                    "condition": event.condition,
-                    "severity": event.severity,
-                    "node": event.node,
-                    "gpu": event.gpu,
-                    "value": event.value,
-                    "reason": event.reason,
-                    "summary": event.summary,
-                    "starts_at": rfc3339(event.starts_at),
-                    "ends_at": rfc3339(event.ends_at) if event.ends_at else None,
-                    # {"user", "job", "pod"}, "" where unknown; null when no owner is known or the metric names none.
-                    "owner": event.owner._asdict() if event.owner != NOBODY else None,
-                },
+                "group": {"node": event.node},
+                "alerts": [self._alert(alert) for alert in event.alerts],
                 "created": rfc3339(event.created),
                 "url": f"{external_url()}/alerts/",
             }
         )
 
+    @staticmethod
+    def _alert(alert: EventAlert) -> dict:
+        return {
+            "fingerprint": alert.fingerprint,
+            "rule_id": alert.rule_id,
+            "rule": alert.rule_name,
+            "condition": alert.condition,
+            "severity": alert.severity,
+            "node": alert.node,
+            "gpu": alert.gpu,
+            "kind": alert.kind,
+            "status": alert.status,
+            "value": alert.value,
+            "reason": alert.reason,
+            "summary": alert.summary,
+            "starts_at": rfc3339(alert.starts_at),
+            "ends_at": rfc3339(alert.ends_at) if alert.ends_at else None,
+            # {"user", "job", "pod"}, "" where unknown; null when no owner is known or the metric names none.
+            "owner": alert.owner._asdict() if alert.owner != NOBODY else None,
+        }
+
+
+def common(pairs: list[dict[str, str]]) -> dict[str, str]:
+    """Return the name/value pairs every one of ``pairs`` has, as Alertmanager's commonLabels and commonAnnotations."""
+    first, *rest = pairs
+    return {name: value for name, value in first.items() if all(other.get(name) == value for other in rest)}
+
 
 class AlertmanagerFormat(Format):
-    """Alertmanager's webhook payload, version 4, with one alert per notification.
+    """Alertmanager's webhook payload, version 4: one group of alerts, grouped by node.
 
     The shape is notify/webhook's Message (template.Data, version, groupKey,
     truncatedAlerts); times as Go's time.Time writes them. The groupKey is
-    Alertmanager's route key and group labels ("{}:{alertname=...}"), then the
-    alert's own labels, so each alert is its own group; without
-    GPULSE_EXTERNAL_URL the URLs are empty rather than relative.
+    Alertmanager's route key and group labels (``{}:{node="gpu-01"}``), as a
+    route with ``group_by: [node]`` makes it; without GPULSE_EXTERNAL_URL the
+    URLs are empty rather than relative.
     """
 
     name = "alertmanager"
 
     def render(self, event, receiver, delivery_id=None):  # Alertmanager's shape, exactly: the id is a header
-        labels = {"alertname": event.rule_name, "node": event.node, "severity": event.severity}
-        if event.gpu is not None:
-            labels["gpu"] = str(event.gpu)
-        annotations = {"summary": event.summary, "description": event.description}
-        # Annotations, not labels: the owner changes with the job, the alert's identity does not.
-        annotations.update((name, value) for name, value in event.owner._asdict().items() if value)
-        group_labels = {"alertname": event.rule_name}
+        alerts = [self._alert(alert) for alert in event.alerts]
+        group_labels = {"node": event.node}
         return orjson.dumps(
             {
                 "version": "4",
-                "groupKey": f"{{}}:{label_set(group_labels)}/{label_set(labels)}",
+                "groupKey": f"{{}}:{label_set(group_labels)}",
                 "truncatedAlerts": 0,
                 "status": event.status,
                 "receiver": receiver,
                 "groupLabels": group_labels,
-                "commonLabels": labels,
-                "commonAnnotations": annotations,
+                "commonLabels": common([a["labels"] for a in alerts]),
+                "commonAnnotations": common([a["annotations"] for a in alerts]),
                 "externalURL": external_url(),
-                "alerts": [
-                    {
-                        "status": event.status,
-                        "labels": labels,
-                        "annotations": annotations,
-                        "startsAt": go_time(event.starts_at),
-                        "endsAt": go_time(event.ends_at),
-                        "generatorURL": alerts_url() or "",
-                        "fingerprint": event.fingerprint,
-                    }
-                ],
+                "alerts": alerts,
             }
         )
+
+    @staticmethod
+    def _alert(alert: EventAlert) -> dict:
+        labels = {"alertname": alert.rule_name, "node": alert.node, "severity": alert.severity}
+        if alert.gpu is not None:
+            labels["gpu"] = str(alert.gpu)
+        annotations = {"summary": alert.summary, "description": alert.description}
+        # Annotations, not labels: the owner changes with the job, the alert's identity does not.
+        annotations.update((name, value) for name, value in alert.owner._asdict().items() if value)
+        return {
+            "status": alert.status,
+            "labels": labels,
+            "annotations": annotations,
+            "startsAt": go_time(alert.starts_at),
+            "endsAt": go_time(alert.ends_at),
+            "generatorURL": alerts_url() or "",
+            "fingerprint": alert.fingerprint,
+        }
 
 
 class SlackFormat(Format):
     """A Slack incoming-webhook message: a text fallback, blocks, and a button to the alerts page when gpulse has a URL.
 
+    A group of several alerts is a headline and one section per alert, at most MAX_ALERTS of them, then
+    "and N more"; each line is cut to MAX_LINE characters once escaped, so the message stays within Slack's
+    limits (3,000 characters a section, 50 blocks, 40,000 characters of text) whatever the names hold.
     Every name and reason is escaped for mrkdwn; the button's label is plain text.
     """
 
     name = "slack"
     MARKERS = {"firing": "FIRING", "repeat": "STILL FIRING", "resolved": "RESOLVED", "test": "TEST"}
+    MAX_ALERTS = 20
+    MAX_LINE = 1400  # two of them and "*…*\n" fit a section
 
     def render(self, event, receiver, delivery_id=None):  # Slack's shape: the id is a header
-        headline = slack_escape(f"[{self.MARKERS[event.kind]}] {event.summary} ({event.severity})")
-        description = slack_escape(event.description)
-        blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*\n{description}"}}]
+        if len(event.alerts) == 1:
+            [alert] = event.alerts
+            headline = self._escaped(f"[{self.MARKERS[event.kind]}] {alert.summary} ({alert.severity})")
+            lines = [self._escaped(alert.description)]
+            text = f"{headline}: {lines[0]}"
+            sections = [f"*{headline}*\n{lines[0]}"]
+        else:
+            headline = self._escaped(
+                f"[{self.MARKERS[event.kind]}] {len(event.alerts)} alerts on {event.node} ({event.severity})")
+            lines = [self._line(alert) for alert in event.alerts[:self.MAX_ALERTS]]
+            more = len(event.alerts) - len(lines)
+            if more:
+                lines.append(f"and {more} more")
+            text = "\n".join([headline, *lines])
+            sections = [f"*{headline}*", *lines]
+        blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": section}} for section in sections]
         url = alerts_url()
         if url:
             blocks.append({"type": "actions", "elements": [
                 {"type": "button", "text": {"type": "plain_text", "text": "Open in gpulse"}, "url": url},
             ]})
-        return orjson.dumps({"text": f"{headline}: {description}", "blocks": blocks})
+        return orjson.dumps({"text": text, "blocks": blocks})
+
+    def _line(self, alert: EventAlert) -> str:
+        return self._escaped(f"[{self.MARKERS[alert.kind]}] {alert.summary} ({alert.severity}): {alert.description}")
+
+    def _escaped(self, text: str) -> str:
+        escaped = slack_escape(text)
+        if len(escaped) <= self.MAX_LINE:
+            return escaped
+        cut = escaped[:self.MAX_LINE - 1]
+        entity = cut.rfind("&")
+        if entity > len(cut) - 5 and ";" not in cut[entity:]:
+            cut = cut[:entity]  # never half an "&amp;": Slack would show it as typed
+        return cut + "…"
 
 
 FORMATS = {cls.name: cls() for cls in (GpulseFormat, AlertmanagerFormat, SlackFormat)}

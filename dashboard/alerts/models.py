@@ -3,7 +3,8 @@
 One Alert row per (rule, node, gpu), found by its fingerprint; its status is
 changed only by compare-and-set, so two ingest processes never both record
 the same transition. Each change is a Transition row (old, new, reason) that a
-sender claims with ``filter(id=x, processed=None).update(processed=now)``.
+sender claims with ``filter(id=x, processed=None).update(processed=now)``, then adds to its node's open
+Notification, the group one webhook delivery per endpoint carries.
 """
 
 import fnmatch
@@ -184,6 +185,34 @@ class Alert(models.Model):
         return self.node if self.gpu is None else f"{self.node} GPU {self.gpu}"
 
 
+class Notification(models.Model):
+    """One webhook notification: the alerts of one node that notify within GPULSE_ALERT_GROUP_WAIT of its first,
+    as Alertmanager groups by a label and waits group_wait (dashboard/alerts/tasks.py).
+
+    Open (``processed`` empty) while alerts may join it; flushing claims it, and what it sends is the
+    transitions that joined it by then. At most one group of a node is open at once.
+    """
+
+    node = models.CharField(max_length=200)  # the group key: Alertmanager's group_by [node]
+    # The same id goes out with every endpoint and every retry of this notification.
+    event_id = models.UUIDField(default=uuid.uuid4, unique=True)
+    created = models.DateTimeField()
+    # When the last alert joined it: a join writes this row, so a join and the flush's claim take turns.
+    updated = models.DateTimeField()
+    processed = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"], condition=models.Q(processed=None), name="one_open_group_per_node"
+            ),
+        ]
+
+    def __str__(self):
+        return f"notification {self.event_id} ({self.node})"
+
+
 class Transition(models.Model):
     alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="transitions")
     old = models.CharField(max_length=10, choices=[(s, s) for s in STATUSES])
@@ -194,7 +223,11 @@ class Transition(models.Model):
     created = models.DateTimeField()
     notify = models.BooleanField(default=False)
     processed = models.DateTimeField(null=True, blank=True)
-    # The same id goes out with every endpoint and every retry of this event.
+    # The group it went out in, once dispatched.
+    notification = models.ForeignKey(
+        Notification, on_delete=models.SET_NULL, null=True, blank=True, related_name="transitions"
+    )
+    # This transition's own id; what a receiver is sent is its notification's.
     event_id = models.UUIDField(default=uuid.uuid4, unique=True)
     # Whose the GPU was (gpulse.usage.owner), for the metrics that name the owner
     # (gpu.idle_allocated); "" where unknown. Bounded by the sample schema: user
@@ -293,18 +326,20 @@ class WebhookEndpoint(models.Model):
 
 
 class DeliveryAttempt(models.Model):
-    """One HTTP attempt to deliver one event to one endpoint (never the secret)."""
+    """One HTTP attempt to deliver one notification to one endpoint (never the secret)."""
 
     # failed: the receiver refused for good; gave_up: the last allowed attempt failed temporarily.
     OK, RETRY, FAILED, GAVE_UP = "ok", "retry", "failed", "gave_up"
     OUTCOMES = ((OK, "ok"), (RETRY, "retry"), (FAILED, "failed"), (GAVE_UP, "gave up"))
 
     endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="attempts")
-    transition = models.ForeignKey(
-        Transition, on_delete=models.SET_NULL, null=True, blank=True, related_name="attempts"
+    notification = models.ForeignKey(
+        Notification, on_delete=models.SET_NULL, null=True, blank=True, related_name="attempts"
     )
     event_id = models.UUIDField()
     kind = models.CharField(max_length=10)  # firing, resolved, repeat or test
+    # How many of the notification's alerts this endpoint was sent: those of the severities it wants.
+    alerts = models.PositiveIntegerField(default=1)
     attempt = models.PositiveSmallIntegerField()
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.CharField(max_length=500, blank=True)

@@ -2,9 +2,11 @@
 
 An alert's "notified" flag only says it was not silenced; what the operator
 needs is whether the receivers got it. Each alert's latest notifying
-transition is found by a subquery of the alert query itself, and every
-endpoint's latest attempt at those transitions in one more query, so the page
-costs the same however many alerts fire.
+transition, and the notification (its node's group) it went out in, is found
+by a subquery of the alert query itself, and every endpoint's latest attempt
+at those notifications in one more query, so the page costs the same however
+many alerts fire. An endpoint's attempt counts for an alert only where the
+endpoint wants the alert's severity: a group's delivery carries only those.
 """
 
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ class Delivery:
     outcome: str  # a DeliveryAttempt outcome, for the page's class names
     label: str  # what it reads as: ok, retrying, failed, gave up
     error: str
+    alerts: int  # how many alerts the delivery carried, this one among them
 
 
 @dataclass
@@ -38,30 +41,33 @@ class Notice:
 
 
 def with_latest_notice(alerts: QuerySet) -> QuerySet:
-    """Annotate each alert with ``latest_notice_id``, its latest transition that notified."""
-    latest = Transition.objects.filter(alert=OuterRef("pk"), notify=True).order_by("-created", "-id").values("id")[:1]
-    return alerts.annotate(latest_notice_id=Subquery(latest))
+    """Annotate each alert with ``latest_notification_id``: the group its latest notifying transition went out in
+    (None while that one waits for dispatch)."""
+    latest = (Transition.objects.filter(alert=OuterRef("pk"), notify=True).order_by("-created", "-id")
+              .values("notification_id")[:1])
+    return alerts.annotate(latest_notification_id=Subquery(latest))
 
 
 def attach_notices(alerts: list) -> None:
     """Set ``alert.notice`` on alerts annotated by ``with_latest_notice``."""
-    ids = [a.latest_notice_id for a in alerts if a.notified and a.latest_notice_id is not None]
+    ids = [a.latest_notification_id for a in alerts if a.notified and a.latest_notification_id is not None]
     latest: dict[int, dict[int, DeliveryAttempt]] = {}
     attempts = (
-        DeliveryAttempt.objects.filter(transition_id__in=ids)
+        DeliveryAttempt.objects.filter(notification_id__in=ids)
         .select_related("endpoint")
-        .order_by("transition_id", "endpoint__name", "-attempt", "-id")
+        .order_by("notification_id", "endpoint__name", "-attempt", "-id")
     )
     for attempt in attempts:
-        latest.setdefault(attempt.transition_id, {}).setdefault(attempt.endpoint_id, attempt)
-    endpoints = list(WebhookEndpoint.objects.filter(enabled=True)) if ids else []
+        latest.setdefault(attempt.notification_id, {}).setdefault(attempt.endpoint_id, attempt)
+    endpoints = list(WebhookEndpoint.objects.filter(enabled=True)) if any(a.notified for a in alerts) else []
     for alert in alerts:
         if not alert.notified:
             alert.notice = Notice("silenced")
             continue
-        sent = latest.get(alert.latest_notice_id)
+        group = latest.get(alert.latest_notification_id, {}).values()
+        sent = [a for a in group if a.endpoint.wants(alert.rule.severity)]
         if sent:
-            alert.notice = Notice("sent", [_delivery(a) for a in sent.values()])
+            alert.notice = Notice("sent", [_delivery(a) for a in sent])
         elif any(e.wants(alert.rule.severity) for e in endpoints):
             alert.notice = Notice("queued")
         else:
@@ -69,4 +75,4 @@ def attach_notices(alerts: list) -> None:
 
 
 def _delivery(attempt: DeliveryAttempt) -> Delivery:
-    return Delivery(attempt.endpoint.name, attempt.outcome, LABELS[attempt.outcome], attempt.error)
+    return Delivery(attempt.endpoint.name, attempt.outcome, LABELS[attempt.outcome], attempt.error, attempt.alerts)

@@ -6,6 +6,7 @@ from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.accounts.audit import audit
@@ -24,6 +25,7 @@ from dashboard.alerts.models import (
 )
 from dashboard.alerts.pages import ModelPages, confirm, count, require
 from dashboard.alerts.templatetags.node_alerts import node_alerts_data
+from dashboard.live.templatetags.local_time import local_time
 
 HISTORY_ROWS = 100
 LOG_ROWS = 50
@@ -70,7 +72,8 @@ class SilencePages(ModelPages):
         audit(request, "silence.create", silence.scope_text(), until=silence.until.isoformat())
 
     def created_message(self, form, silence):
-        return f"Silenced {silence.scope_text()} until {silence.until:%Y-%m-%d %H:%M} UTC."
+        # Safe markup, which Django's messages keep: its end in the browser's zone, as every time on the pages.
+        return format_html("Silenced {} until {}.", silence.scope_text(), local_time(silence.until, "minute"))
 
     def create_from_alerts_page(self, request):
         silence, form = self.create(request)
@@ -88,7 +91,8 @@ def silence_expire(request, pk):
     require(request, SILENCES.perm("change"))
     if request.method != "POST":
         silence = get_object_or_404(Silence.objects.select_related("rule"), pk=pk, until__gt=timezone.now())
-        ends = f"the silence, set to last until {silence.until:%Y-%m-%d %H:%M} UTC: what it mutes notifies again"
+        ends = format_html("the silence, set to last until {}: what it mutes notifies again",
+                           local_time(silence.until, "minute"))
         question = f"Expire the silence of {silence.scope_text()}?"
         return confirm(request, question, [ends], "Expire silence", "alerts:list")
     if Silence.objects.filter(pk=pk, until__gt=timezone.now()).update(until=timezone.now()):

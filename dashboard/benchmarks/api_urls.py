@@ -9,4 +9,7 @@ urlpatterns = [
     path("benchmarks", api.job_list, name="list"),
     path("benchmarks/<int:pk>", api.job_detail, name="detail"),
     path("benchmarks/<int:pk>/cancel", api.job_cancel, name="cancel"),
+    path("fabric-sweeps", api.sweep_list, name="sweeps"),
+    path("fabric-sweeps/<int:pk>", api.sweep_detail, name="sweep"),
+    path("fabric-sweeps/<int:pk>/cancel", api.sweep_cancel, name="sweep-cancel"),
 ]

@@ -1,4 +1,4 @@
-"""`manage.py allreduce --nodes …`: the same job the dashboard launches, from a shell."""
+"""`manage.py collective OP --nodes …` (or `allreduce --nodes …`): the same job the dashboard launches, from a shell."""
 
 import time
 
@@ -9,16 +9,17 @@ from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.outcome import valid_row
 from dashboard.benchmarks.tasks import REPORT_GRACE_S
 from dashboard.redis_client import redis_client
+from gpulse import job_events
+from gpulse.job_status import ACTIVE
 from gpulse.keys import Keys
-from workers import job_events
-from workers.job_status import ACTIVE
-from workers.sweep_spec import Row
+from gpulse.sweep_spec import Row
 
 
 def launch_job(options: dict) -> BenchmarkJob:
     form = LaunchForm({
-        "nodes": options["nodes"], "ranks_per_node": options["ranks_per_node"], "backend": options["backend"],
-        "dtype": options["dtype"], "min_bytes": str(options["min_bytes"]), "max_bytes": str(options["max_bytes"]),
+        "op": options["op"], "nodes": options["nodes"], "ranks_per_node": options["ranks_per_node"],
+        "backend": options["backend"], "dtype": options["dtype"], "min_bytes": str(options["min_bytes"]),
+        "max_bytes": str(options["max_bytes"]),
         "step_factor": options["factor"], "warmup_iters": options["warmup"], "iters": options["iters"],
         "correctness_check": not options["no_check"], "timeout_seconds": int(options["timeout"]),
         "confirm_held": options["confirm_held"],

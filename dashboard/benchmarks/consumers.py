@@ -9,8 +9,8 @@ import redis
 from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.live.consumers import FollowingConsumer
 from dashboard.redis_client import async_redis_client
+from gpulse import job_events
 from gpulse.keys import Keys
-from workers import job_events
 
 log = logging.getLogger(__name__)
 

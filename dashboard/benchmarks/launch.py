@@ -13,12 +13,14 @@ from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.benchmarks.tasks import finish, start_job
 from dashboard.live.cluster import read_cluster
 from dashboard.redis_client import redis_client
+from gpulse.heartbeat import TTL_S as HEARTBEAT_TTL_S
+from gpulse.heartbeat import workerless
+from gpulse.job_status import JobStatus
 from gpulse.keys import Keys
-from workers.heartbeat import TTL_S as HEARTBEAT_TTL_S
-from workers.heartbeat import workerless
-from workers.job_status import JobStatus
-from workers.sweep_spec import (
+from gpulse.status import DOWN
+from gpulse.sweep_spec import (
     BACKENDS,
+    DEFAULT_OP,
     DTYPES,
     MAX_FACTOR,
     MAX_ITERS,
@@ -26,13 +28,14 @@ from workers.sweep_spec import (
     MAX_TIMEOUT_S,
     MAX_WARMUP,
     MIN_TIMEOUT_S,
+    OPS,
     SpecError,
     format_size,
     parse_size,
 )
 
-# The job's limit must end before Celery's hard limit kills its tasks (workers/celery_app.py);
-# the node side checks a spec against the same bounds (workers/sweep_spec.py).
+# The job's limit must end before Celery's hard limit kills its tasks (gpulse/celery_contract.py);
+# the node side checks a spec against the same bounds (gpulse/sweep_spec.py).
 MAX_TIMEOUT = MAX_TIMEOUT_S
 
 
@@ -57,20 +60,12 @@ class SizeField(forms.CharField):
                 " (GPULSE_BENCHMARK_MAX_BYTES): every rank holds buffers of the largest size")
 
 
-class LaunchForm(forms.Form):
+class NodesForm(forms.Form):
+    """The nodes a launch runs on (the picker), and the question about nodes a job holds: shared by a
+    benchmark's launch and a fabric sweep's."""
+
     nodes = forms.MultipleChoiceField(help_text="ranks are numbered in the order the nodes are listed: node 0 holds"
                                                 " ranks 0 … ranks per node − 1 and hosts the rendezvous")
-    ranks_per_node = forms.IntegerField(min_value=1, max_value=MAX_RANKS_PER_NODE, required=False,
-                                        help_text="blank: one per GPU")
-    backend = forms.ChoiceField(choices=[(b, b) for b in BACKENDS], initial="auto")
-    dtype = forms.ChoiceField(choices=[(d, d) for d in DTYPES], initial="float32")
-    min_bytes = SizeField(initial="1K")
-    max_bytes = SizeField(initial="64M")
-    step_factor = forms.IntegerField(min_value=2, max_value=MAX_FACTOR, initial=2)
-    warmup_iters = forms.IntegerField(min_value=0, max_value=MAX_WARMUP, initial=5)
-    iters = forms.IntegerField(min_value=1, max_value=MAX_ITERS, initial=20)
-    correctness_check = forms.BooleanField(required=False, initial=True, label="Check results (#wrong)")
-    timeout_seconds = forms.IntegerField(min_value=MIN_TIMEOUT_S, max_value=MAX_TIMEOUT, initial=300)
     confirm_held = forms.BooleanField(
         required=False, label="Launch onto nodes a job holds",
         help_text="the benchmark then shares their GPUs with that work: it slows the job and measures less")
@@ -78,7 +73,9 @@ class LaunchForm(forms.Form):
     def __init__(self, *args, cluster: list[dict] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.cluster = {n["node"]: n for n in (cluster if cluster is not None else read_cluster())}
-        self.fields["nodes"].choices = [(name, name) for name, n in self.cluster.items() if n["status"] == "up"]
+        # A node a sample or two late (stale, as on a loaded control host) can still run a job: its
+        # worker's heartbeat decides that (launch()). A down one is not offered.
+        self.fields["nodes"].choices = [(name, name) for name, n in self.cluster.items() if n["status"] != DOWN]
         self.held: dict[str, str] = {}  # the chosen nodes someone holds, with who, once the form is valid
 
     def clean_nodes(self):
@@ -100,12 +97,40 @@ class LaunchForm(forms.Form):
             self.add_error("confirm_held", f"a job holds GPUs of the chosen nodes ({who}): choose other nodes,"
                                            " or confirm launching onto them (the box under the nodes;"
                                            " confirm_held in the API)")
+        return data
+
+
+class LaunchForm(NodesForm):
+    field_order = ["op", "nodes"]
+    # Not required: a request that names no operation (a script written before there was a choice) measures
+    # the all-reduce it always did.
+    op = forms.ChoiceField(choices=[(name, name) for name in OPS], initial=DEFAULT_OP, required=False,
+                           label="Operation",
+                           help_text="the collective to measure, as nccl-tests' binary of that name measures it")
+    ranks_per_node = forms.IntegerField(min_value=1, max_value=MAX_RANKS_PER_NODE, required=False,
+                                        help_text="blank: one per GPU")
+    backend = forms.ChoiceField(choices=[(b, b) for b in BACKENDS], initial="auto")
+    dtype = forms.ChoiceField(choices=[(d, d) for d in DTYPES], initial="float32")
+    min_bytes = SizeField(initial="1K")
+    max_bytes = SizeField(initial="64M")
+    step_factor = forms.IntegerField(min_value=2, max_value=MAX_FACTOR, initial=2)
+    warmup_iters = forms.IntegerField(min_value=0, max_value=MAX_WARMUP, initial=5)
+    iters = forms.IntegerField(min_value=1, max_value=MAX_ITERS, initial=20)
+    correctness_check = forms.BooleanField(required=False, initial=True, label="Check results (#wrong)")
+    timeout_seconds = forms.IntegerField(min_value=MIN_TIMEOUT_S, max_value=MAX_TIMEOUT, initial=300)
+
+    def clean_op(self):
+        return self.cleaned_data["op"] or DEFAULT_OP
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
             return data
         if not data.get("ranks_per_node"):
             gpus = min(len(self.cluster[name]["gpus"]) for name in data["nodes"])
             data["ranks_per_node"] = max(gpus, 1)
         try:
-            BenchmarkJob(**data).sweep_spec()
+            BenchmarkJob(**data).sweep_spec().sizes()
         except SpecError as exc:
             raise forms.ValidationError(str(exc)) from None
         return data
@@ -114,7 +139,8 @@ class LaunchForm(forms.Form):
     def initial_from(job: BenchmarkJob) -> dict:
         """Return the form's values that would launch ``job`` again."""
         return {
-            "nodes": job.nodes, "ranks_per_node": job.ranks_per_node, "backend": job.backend, "dtype": job.dtype,
+            "op": job.op, "nodes": job.nodes, "ranks_per_node": job.ranks_per_node, "backend": job.backend,
+            "dtype": job.dtype,
             "min_bytes": format_size(job.min_bytes), "max_bytes": format_size(job.max_bytes),
             "step_factor": job.step_factor, "warmup_iters": job.warmup_iters, "iters": job.iters,
             "correctness_check": job.correctness_check, "timeout_seconds": job.timeout_seconds,
@@ -172,17 +198,19 @@ def rate_limit() -> tuple[int, int]:
     return int(count), int(seconds)
 
 
-def launch(user, data: dict) -> BenchmarkJob | Refusal:
+def launch(user, data: dict, rate_limited: bool = True) -> BenchmarkJob | Refusal:
     """Create and queue the job, or refuse: 409 when nodes are busy or have no
     benchmark worker, 429 past the rate.
 
-    ``user`` None is an operator's shell on the control host: no rate limit.
+    ``user`` None is an operator's shell on the control host: no rate limit;
+    nor for ``rate_limited`` False, the pair jobs of a fabric sweep the user
+    launched once (dashboard/benchmarks/sweeps.py).
     """
     allowed, window = rate_limit()
     now = timezone.now()
     with transaction.atomic():
         recent = BenchmarkJob.objects.filter(created_by=user, created__gte=now - dt.timedelta(seconds=window))
-        if user is not None and recent.count() >= allowed:
+        if user is not None and rate_limited and recent.count() >= allowed:
             oldest = recent.order_by("created").first().created
             wait = int((oldest + dt.timedelta(seconds=window) - now).total_seconds()) + 1
             return Refusal(429, f"at most {allowed} benchmarks per {window} s per user; try again in {wait} s", wait)

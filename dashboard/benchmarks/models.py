@@ -2,8 +2,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Count, Q
 
-from workers.job_status import ACTIVE, JobStatus
-from workers.sweep_spec import DTYPES, SweepSpec, sweep_sizes
+from gpulse.job_status import ACTIVE, JobStatus
+from gpulse.sweep_spec import DEFAULT_OP, OPS, SpecError, SweepSpec
 
 LAUNCH_PERMISSION = "benchmarks.launch_benchmark"
 CANCEL_ANY_PERMISSION = "benchmarks.cancel_any_benchmark"
@@ -25,6 +25,37 @@ def busbw_at_largest(rows: list[dict]) -> dict | None:
     return {"size": largest, "out_of_place": at_largest.get(False), "in_place": at_largest.get(True)}
 
 
+def status_field(default: JobStatus) -> models.CharField:
+    """A run's JobStatus, ``default`` when it is created (a job queues; a sweep runs from its launch)."""
+    return models.CharField(
+        max_length=16, choices=[(status.value, status.label) for status in JobStatus], default=default
+    )
+
+
+class Run(models.Model):
+    """What a job and a fabric sweep both record: who launched it, when, when it started and ended."""
+
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from its start to its end; None until it has both."""
+        if self.started and self.finished:
+            return (self.finished - self.started).total_seconds()
+        return None
+
+    def may_be_cancelled_by(self, user) -> bool:
+        """Whether user may cancel it: its launcher, or a holder of cancel_any_benchmark."""
+        launched_it = self.created_by_id is not None and self.created_by_id == user.pk
+        return launched_it or user.has_perm(CANCEL_ANY_PERMISSION)
+
+
 class BenchmarkJobQuerySet(models.QuerySet):
     def active(self):
         return self.filter(status__in=ACTIVE)
@@ -37,18 +68,15 @@ class BenchmarkJobQuerySet(models.QuerySet):
         return counts
 
 
-class BenchmarkJob(models.Model):
-    """One all-reduce sweep over a set of nodes, from launch to its result."""
+class BenchmarkJob(Run):
+    """One collective sweep (an all-reduce unless another operation is chosen) over a set of nodes, from
+    launch to its result."""
 
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created = models.DateTimeField(auto_now_add=True)
-    started = models.DateTimeField(null=True, blank=True)
-    finished = models.DateTimeField(null=True, blank=True)
-    status = models.CharField(
-        max_length=16, choices=[(status.value, status.label) for status in JobStatus], default=JobStatus.QUEUED
-    )
+    status = status_field(JobStatus.QUEUED)
     reason = models.TextField(blank=True, help_text="why the job failed, timed out or was cancelled")
 
+    op = models.CharField(max_length=16, choices=[(name, name) for name in OPS], default=DEFAULT_OP,
+                          help_text="the collective measured, as nccl-tests names its binaries")
     nodes = models.JSONField(help_text="node names, rank order")
     ranks_per_node = models.PositiveSmallIntegerField()
     backend = models.CharField(max_length=8, default="auto")
@@ -61,6 +89,10 @@ class BenchmarkJob(models.Model):
     correctness_check = models.BooleanField(default=True)
     timeout_seconds = models.PositiveIntegerField(default=300)
 
+    # A pair job of a fabric sweep (FabricSweep), in the sweep's round ``sweep_round``; None for a job of its own.
+    sweep = models.ForeignKey("FabricSweep", null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
+    sweep_round = models.PositiveSmallIntegerField(null=True, blank=True)
+
     rendezvous = models.CharField(max_length=300, blank=True, help_text="address:port of the ranks' store")
     result = models.JSONField(null=True, blank=True, help_text="rows, world size, versions as the engine reports them")
     avg_busbw = models.FloatField(null=True, blank=True, help_text="GB/s, nccl-tests' '# Avg bus bandwidth'")
@@ -72,20 +104,23 @@ class BenchmarkJob(models.Model):
     class Meta:
         ordering = ["-created"]
         permissions = [
-            ("launch_benchmark", "Can launch all-reduce benchmarks"),
+            ("launch_benchmark", "Can launch collective benchmarks"),
             ("cancel_any_benchmark", "Can cancel benchmarks launched by others"),
         ]
 
     @property
-    def duration(self) -> float | None:
-        if self.started and self.finished:
-            return (self.finished - self.started).total_seconds()
-        return None
+    def size_count(self) -> int:
+        """How many message sizes the sweep measures (each out-of-place, then in-place where the operation
+        has an in-place form); 0 for a job whose values are invalid."""
+        try:
+            return len(self.sweep_spec().sizes())
+        except SpecError:
+            return 0
 
     @property
-    def size_count(self) -> int:
-        """How many message sizes the sweep measures (each out-of-place, then in-place)."""
-        return len(sweep_sizes(self.min_bytes, self.max_bytes, self.step_factor, DTYPES[self.dtype].itemsize))
+    def row_count(self) -> int:
+        """How many rows a finished sweep has: a size's out-of-place and, where there is one, in-place row."""
+        return self.size_count * (2 if OPS[self.op].in_place else 1)
 
     @property
     def busbw_largest(self) -> dict | None:
@@ -104,16 +139,49 @@ class BenchmarkJob(models.Model):
         header) the default port 1 stands in: a multi-node spec needs one.
         """
         return SweepSpec(
-            backend=self.backend, dtype=self.dtype, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
+            op=self.op, backend=self.backend, dtype=self.dtype, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
             factor=self.step_factor, warmup=self.warmup_iters, iters=self.iters, check=self.correctness_check,
             nnodes=len(self.nodes), node_rank=node_rank, ranks_per_node=self.ranks_per_node,
             master_addr=master_addr, master_port=master_port, timeout=float(self.timeout_seconds),
         )
 
-    def may_be_cancelled_by(self, user) -> bool:
-        """Whether user may cancel this job: its launcher, or a holder of cancel_any_benchmark."""
-        launched_it = self.created_by_id is not None and self.created_by_id == user.pk
-        return launched_it or user.has_perm(CANCEL_ANY_PERMISSION)
-
     def __str__(self):
         return f"job {self.pk} {self.status} on {','.join(self.nodes)}"
+
+
+class FabricSweep(Run):
+    """A diagnostic of the fabric between ``nodes`` in rounds of jobs (BenchmarkJob.sweep), one round after
+    another (dashboard/benchmarks/sweeps.py); two kinds:
+
+    - PAIRS: point-to-point bandwidth between every pair of nodes (a two-node sendrecv job each, one
+      message size); ``rounds`` pairs every node at most once per round (N−1 rounds). Its result: the
+      node × node matrix of busbw and what fell below ``flag_fraction`` of the median
+      (dashboard/benchmarks/fabric.py).
+    - BISECT: an all-reduce over each half of the nodes, then over each half of the slower half, and so
+      on (dashboard/benchmarks/bisect.py): O(log N) jobs name the suspect nodes.
+    """
+
+    PAIRS, BISECT = "pairs", "bisect"
+    KINDS = ((PAIRS, "every pair"), (BISECT, "bisection"))
+
+    status = status_field(JobStatus.RUNNING)
+    reason = models.TextField(blank=True)
+    kind = models.CharField(max_length=8, choices=KINDS, default=PAIRS)
+    nodes = models.JSONField(help_text="node names, as chosen")
+    rounds = models.JSONField(help_text="[[[a, b], …], …]: the node sets of each round's jobs (a bisection's grow"
+                                        " as it goes)")
+    round = models.SmallIntegerField(default=-1, help_text="the round running now; -1 before the first")
+    backend = models.CharField(max_length=8, default="auto")
+    dtype = models.CharField(max_length=16, default="float32")
+    size_bytes = models.BigIntegerField(help_text="the message size of every pair's sendrecv")
+    warmup_iters = models.PositiveSmallIntegerField(default=5)
+    iters = models.PositiveSmallIntegerField(default=20)
+    timeout_seconds = models.PositiveIntegerField(default=120, help_text="each pair job's limit")
+    flag_fraction = models.FloatField(default=0.7, help_text="a link or node below this fraction of the median")
+    result = models.JSONField(null=True, blank=True, help_text="matrix, median, flagged links and nodes, failures")
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"fabric sweep {self.pk} {self.status} over {len(self.nodes)} nodes"

@@ -5,7 +5,7 @@ the same events always give the same verdict, whichever control worker reads
 them and however often.
 
 A node's `started` and `node_done` count only from the node's own stream
-(workers/job_events.py), which only its worker's ACL user may write, and for
+(gpulse/job_events.py), which only its worker's ACL user may write, and for
 that node whatever their `node` field says; the job's result comes only from
 its first node's (rank 0's) report. An entry that is not a well-formed event
 is rejected and counted (REJECTED), never raised: one bad row cannot stop the
@@ -17,9 +17,9 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from workers.heartbeat import TTL_S as HEARTBEAT_TTL_S
-from workers.job_events import Entry
-from workers.job_status import JobStatus
+from gpulse.heartbeat import TTL_S as HEARTBEAT_TTL_S
+from gpulse.job_events import Entry
+from gpulse.job_status import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class Outcome:
 
 
 def read_progress(entries: list[Entry], nodes: list[str], job_id=None) -> Progress:
-    """Fold a job's entries (workers/job_events.py history), oldest first, into a Progress.
+    """Fold a job's entries (gpulse/job_events.py history), oldest first, into a Progress.
 
     A node's events count only from its own stream, as that node's; rank 0 is
     ``nodes[0]``. A malformed entry, one naming another node, or one a node has no

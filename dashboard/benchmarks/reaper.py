@@ -6,7 +6,9 @@ from those streams (all nodes reported: recorded; a failure: failed; past the
 deadline: timed out, naming the silent nodes; a node whose worker died:
 failed), within about a second of its last report. A pass costs one indexed
 query for the running jobs and one Redis round trip per running job
-(dashboard/benchmarks/tasks.py settle), nothing when none runs.
+(dashboard/benchmarks/tasks.py settle), and one query for the running fabric
+sweeps (each moved on by dashboard/benchmarks/sweeps.py advance), nothing when
+none runs.
 
 Every control worker process runs one reaper thread (started on Celery's
 `worker_ready`, see dashboard/control_worker.py; dashboard/periodic.py says
@@ -17,10 +19,11 @@ holds no pool slot, and it runs while any control worker does.
 
 import logging
 
-from dashboard.benchmarks.models import BenchmarkJob
+from dashboard.benchmarks.models import BenchmarkJob, FabricSweep
+from dashboard.benchmarks.sweeps import advance
 from dashboard.benchmarks.tasks import settle
 from dashboard.periodic import PeriodicPass
-from workers.job_status import JobStatus
+from gpulse.job_status import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +32,17 @@ INTERVAL_S = 1
 
 
 def reap() -> None:
-    """Settle every running job once."""
+    """Settle every running job once, then move every running fabric sweep on (sweeps.advance)."""
     for job in BenchmarkJob.objects.filter(status=JobStatus.RUNNING):
         try:
             settle(job)
         except Exception:  # one bad job must not stop the others being reaped
             log.exception("benchmark job %s could not be settled", job.pk)
+    for sweep in FabricSweep.objects.filter(status=JobStatus.RUNNING):
+        try:
+            advance(sweep)
+        except Exception:
+            log.exception("fabric sweep %s could not be advanced", sweep.pk)
 
 
 class Reaper(PeriodicPass):

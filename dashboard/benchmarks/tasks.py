@@ -7,13 +7,13 @@ from django.utils import timezone
 from dashboard.benchmarks.models import BenchmarkJob, busbw_at_largest
 from dashboard.benchmarks.outcome import decide, read_progress
 from dashboard.benchmarks.rendezvous import choose_rendezvous
+from dashboard.celery_app import app
 from dashboard.redis_client import redis_client
+from gpulse import job_events
+from gpulse.celery_contract import CONTROL_QUEUE, RUN_NODE_TASK, node_broker, node_queue, node_transport_options
+from gpulse.job_status import JobStatus
 from gpulse.keys import Keys
-from workers import job_events
-from workers.celery_app import CONTROL_QUEUE, app, node_broker, node_queue, node_transport_options
-from workers.job_status import JobStatus
-from workers.report import avg_busbw
-from workers.sweep_spec import Row
+from gpulse.sweep_spec import Row, avg_busbw
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,13 @@ def claim_and_dispatch(job_id: int) -> tuple[BenchmarkJob, bool]:
     job = BenchmarkJob.objects.get(pk=job_id)
     if claimed:
         for node, spec in zip(job.nodes, node_specs(job, addr, port), strict=True):
-            send_to_node(node, "gpulse.benchmarks.run_node", [job.pk, node, spec])
+            send_to_node(node, RUN_NODE_TASK, [job.pk, node, spec])
     return job, bool(claimed)
 
 
 def send_to_node(node: str, task: str, args: list) -> None:
     """Send a task onto the node's queue, in the node's own broker key space
-    (workers/celery_app.py): the only Celery keys its worker reaches."""
+    (gpulse/celery_contract.py): the only Celery keys its worker reaches."""
     options = node_transport_options(node_broker(node))
     with app.connection_for_write(transport_options=options) as connection:
         producer = app.amqp.Producer(connection)  # declares the queue, as .delay() does

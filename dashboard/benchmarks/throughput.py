@@ -6,11 +6,11 @@ from django.db.models import Avg, Count, F, Q
 from django.utils import timezone
 
 from dashboard.benchmarks.models import BenchmarkJob
-from workers.job_status import JobStatus
+from gpulse.job_status import JobStatus
 
 
 def job_throughput(recent: int = 50) -> dict:
-    """Return the bandwidth recent jobs measured per node set (newest first, with
+    """Return the bandwidth recent jobs measured per operation and node set (newest first, with
     the previous run's figure as the trend), and the job counters.
 
     The bandwidth is the out-of-place busbw at the job's largest message size
@@ -28,17 +28,18 @@ def job_throughput(recent: int = 50) -> dict:
         .annotate(took=F("finished") - F("started"))
         .aggregate(mean=Avg("took"))["mean"]
     )
-    by_nodes: dict[str, dict] = {}
+    by_nodes: dict[tuple[str, str], dict] = {}
     done = BenchmarkJob.objects.filter(status=JobStatus.SUCCEEDED, peak_busbw__isnull=False).order_by("-finished")
     for job in done[:recent]:
         # The figure of busbw_at_largest, from the rows, as the job's page and the compare page show it.
         largest = job.busbw_largest
         if largest is None or largest["out_of_place"] is None:
             continue
-        key = ",".join(job.nodes)
+        # An all_gather's busbw is not an all-reduce's: a trend compares one operation with itself.
+        key = (job.op, ",".join(job.nodes))
         entry = by_nodes.get(key)
         if entry is None:
-            by_nodes[key] = {"nodes": key, "job": job.pk, "busbw": largest["out_of_place"],
+            by_nodes[key] = {"op": job.op, "nodes": key[1], "job": job.pk, "busbw": largest["out_of_place"],
                              "inplace_busbw": largest["in_place"], "size": largest["size"], "previous": None,
                              "finished": job.finished.isoformat()}
         elif entry["previous"] is None and largest["size"] == entry["size"]:  # a trend compares like sizes

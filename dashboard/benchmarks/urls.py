@@ -6,6 +6,9 @@ app_name = "benchmarks"
 urlpatterns = [
     path("", views.job_list, name="list"),
     path("compare/", views.job_compare, name="compare"),
+    path("fabric/", views.sweep_list, name="sweeps"),
+    path("fabric/<int:pk>/", views.sweep_detail, name="sweep"),
+    path("fabric/<int:pk>/cancel/", views.sweep_cancel, name="sweep-cancel"),
     path("<int:pk>/", views.job_detail, name="detail"),
     path("<int:pk>/cancel/", views.job_cancel, name="cancel"),
 ]

@@ -6,10 +6,25 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from dashboard.accounts.audit import audit
 from dashboard.benchmarks.api import LIST_ROWS, cancel_refused, job_json
 from dashboard.benchmarks.launch import LaunchForm, cancel, launch, node_picker
-from dashboard.benchmarks.models import LAUNCH_PERMISSION, BenchmarkJob
+from dashboard.benchmarks.models import LAUNCH_PERMISSION, BenchmarkJob, FabricSweep
+from dashboard.benchmarks.sweeps import (
+    BANDS,
+    FabricSweepForm,
+    cancel_sweep,
+    launch_sweep,
+    link_table,
+    matrix_rows,
+    previous_of,
+)
 from dashboard.benchmarks.tables import compare_rows, versions_table
 from dashboard.benchmarks.throughput import job_throughput
-from workers.job_status import ACTIVE
+from gpulse.job_status import ACTIVE
+
+
+def picker_context(form) -> dict:
+    """A launch form (None for a user who may not launch) with its node picker, for benchmarks/node_picker.html."""
+    picker = node_picker(form) if form else None
+    return {"form": form, "picker": picker, "held_in_picker": any(choice.held_by for choice in picker or [])}
 
 
 @require_http_methods(["GET", "POST"])
@@ -33,11 +48,8 @@ def job_list(request):
             status = outcome.status
         else:
             status = 400
-    picker = node_picker(form) if form else None
     context = {
-        "form": form,
-        "picker": picker,
-        "held_in_picker": any(choice.held_by for choice in picker or []),
+        **picker_context(form),
         "jobs": BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS],
         "throughput": job_throughput(),
     }
@@ -60,7 +72,7 @@ def job_detail(request, pk):
 def job_cancel(request, pk):
     job = get_object_or_404(BenchmarkJob, pk=pk)
     if not job.may_be_cancelled_by(request.user):
-        raise PermissionDenied(cancel_refused(job))
+        raise PermissionDenied(cancel_refused(f"job {job.pk}"))
     if cancel(job):
         audit(request, "benchmark.cancel", f"job {job.pk}")
     else:
@@ -77,3 +89,47 @@ def job_compare(request):
     if len(jobs) >= 2:
         context.update(rows=compare_rows(jobs), jobs_json=[job_json(job) for job in jobs])
     return render(request, "benchmarks/compare.html", context)
+
+
+@require_http_methods(["GET", "POST"])
+def sweep_list(request):
+    can_launch = request.user.has_perm(LAUNCH_PERMISSION)
+    form = FabricSweepForm(request.POST or None) if can_launch else None
+    status = 200
+    if request.method == "POST":
+        if form is None:
+            raise PermissionDenied("launching a fabric sweep needs the launch_benchmark permission")
+        if form.is_valid():
+            sweep = launch_sweep(request.user, form.cleaned_data)
+            audit(request, "fabric_sweep.launch", f"sweep {sweep.pk}", nodes=sweep.nodes, held=form.held)
+            return redirect("benchmarks:sweep", pk=sweep.pk)
+        status = 400
+    context = {
+        **picker_context(form),
+        "sweeps": FabricSweep.objects.select_related("created_by")[:LIST_ROWS],
+    }
+    return render(request, "benchmarks/sweeps.html", context, status=status)
+
+
+@require_GET
+def sweep_detail(request, pk):
+    sweep = get_object_or_404(FabricSweep, pk=pk)
+    previous = previous_of(sweep)
+    context = {
+        "sweep": sweep, "active": sweep.status in ACTIVE, "previous": previous, "matrix": matrix_rows(sweep),
+        "links": link_table(sweep, previous), "bands": BANDS,
+        "jobs": sweep.jobs.order_by("sweep_round", "pk"), "may_cancel": sweep.may_be_cancelled_by(request.user),
+    }
+    return render(request, "benchmarks/sweep.html", context)
+
+
+@require_POST
+def sweep_cancel(request, pk):
+    sweep = get_object_or_404(FabricSweep, pk=pk)
+    if not sweep.may_be_cancelled_by(request.user):
+        raise PermissionDenied(cancel_refused(f"fabric sweep {pk}"))
+    if cancel_sweep(sweep, request.user.get_username()):
+        audit(request, "fabric_sweep.cancel", f"sweep {pk}")
+    else:
+        messages.info(request, f"fabric sweep {pk} had already ended")
+    return redirect("benchmarks:sweep", pk=pk)

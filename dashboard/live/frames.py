@@ -11,42 +11,45 @@ A frame is JSON:
 
 Rows hold one value per name in ``fields``, rounded to display precision
 (memory in MiB, power in whole watts); null where the GPU does not report it.
-``meta`` (model, memory total in MiB, power limit in W, per GPU) comes with a
-node's first row and whenever it changes. ``probe`` is the node's newest
-bandwidth probe: {"busbw", "median" (of its earlier probes), "low", "status",
-"ts"} (dashboard.live.probes), present once the node has been probed. ``skew``
+``meta`` (per GPU, META_FIELDS: model, memory total in MiB, power limit in W) comes with a
+node's first row and whenever it changes. ``skew``
 (seconds, the node's clock minus Redis') is present while the node's clock is
 off by more than GPULSE_MAX_CLOCK_SKEW: its ``ts`` is then when its sample was
 taken, not what its clock said. ``twin`` (unix seconds) is present while a
 second collector reports as this node (dashboard.live.identity): since when;
-only one collector's samples count. ``health`` is the node's verdict
-(dashboard.live.node_health): {"verdict": "healthy"} or, for "degraded",
+only one collector's samples count. Ingest's stages (dashboard/live/stages.py)
+add their own keys: ``probe``, the node's newest bandwidth probe ({"busbw",
+"median" (of its earlier probes), "low", "status", "ts"}: dashboard/probes),
+present once the node has been probed; ``health``, the node's verdict
+(dashboard/health): {"verdict": "healthy"} or, for "degraded",
 "failing" and "unknown" (down, or no health checks), {"verdict", "reason" (the
 worst finding, e.g. "GPU 3 NVLink links: link 2 down, 17 up"), "action" (the
 catalogue's, for that finding), "since" (unix seconds it has had this
-verdict), "findings" (how many warn or fail findings)}; absent until ingest
+verdict), "findings" (how many warn or fail findings)}, absent until ingest
 has judged the node. ``forgotten`` (a delta's list of node names)
 names nodes pruned after GPULSE_NODE_FORGET_AFTER: browsers drop them. A delta
 carries only the nodes that sent a sample this tick (with their ``ts``) or
-whose status, probe, alert flags or health changed. A down node's rows are all null:
+whose status, stage keys or stage flags changed. A down node's rows are all null:
 its last values are never shown as if current.
 
 ``flags`` per GPU: 1 lost, 2 throttled, 4 Xid, 8 uncorrected ECC, 16 an alert
-firing, 32 allocated, 64 allocated but idle (utilization below the busy
+firing (set by the alerts stage), 32 allocated, 64 allocated but idle (utilization below the busy
 threshold, GPULSE_BUSY_UTIL; gpulse/usage.py says what both mean).
 """
 
 import time
+from collections.abc import Callable
 
 import orjson
 
-from dashboard.live.node_health import NodeHealth
 from dashboard.live.state import ClusterState, NodeState
 from gpulse.status import DOWN
 from gpulse.throttle import SLOWDOWNS
 from gpulse.usage import BUSY_UTIL
 
 FIELDS = ("util", "mem_used", "temp", "power", "sm_clock", "flags")
+# What each GPU's entry in a node's ``meta`` holds, in order (node_meta()).
+META_FIELDS = ("model", "mem_total", "power_limit")
 
 FLAG_LOST = 1
 FLAG_THROTTLED = 2  # a thermal or hardware slowdown or the power brake (gpulse.throttle.SLOWDOWNS), not the power cap
@@ -60,11 +63,11 @@ SLOWDOWN_REASONS = frozenset(SLOWDOWNS)
 MIB = 1024 * 1024
 
 
-def gpu_row(gpu: dict, alerting: bool = False, busy_util: float = BUSY_UTIL) -> list:
+def gpu_row(gpu: dict, busy_util: float = BUSY_UTIL) -> list:
     """Return the GPU's row of FIELDS values at display precision."""
     # Called for every GPU of every sample: plain locals, no helper calls (the
     # allocation test is gpulse.usage.is_allocated's, inlined).
-    flags = FLAG_ALERT if alerting else 0
+    flags = 0
     if gpu.get("lost"):
         return [None, None, None, None, None, flags | FLAG_LOST]
     throttle = gpu.get("throttle")
@@ -92,6 +95,7 @@ def gpu_row(gpu: dict, alerting: bool = False, busy_util: float = BUSY_UTIL) -> 
 
 
 def node_meta(sample: dict) -> list:
+    """Each GPU's META_FIELDS."""
     return [
         [
             (gpu.get("name") or "").removeprefix("NVIDIA "),
@@ -106,10 +110,10 @@ def _round(value, scale=1):
     return None if value is None else round(value / scale)
 
 
-def _with_alerts(rows: list, gpus: list, alerting: frozenset) -> list:
-    """Return ``rows`` with FLAG_ALERT on the GPUs (by index) in ``alerting``; the cached rows stay as they are."""
+def _with_flags(rows: list, gpus: list, flags: dict[int, int]) -> list:
+    """Return ``rows`` with the stages' ``flags`` (GPU index -> bits) set; the cached rows stay as they are."""
     return [
-        row[:-1] + [row[-1] | FLAG_ALERT] if gpu.get("index") in alerting else row
+        row[:-1] + [row[-1] | flags[gpu.get("index")]] if gpu.get("index") in flags else row
         for row, gpu in zip(rows, gpus, strict=False)
     ]
 
@@ -130,12 +134,12 @@ class FrameBuilder:
         self._identity: dict[str, list] = {}  # node -> (name, mem_total, power_limit) of each GPU, as last seen
         self._new_meta: set[str] = set()  # nodes whose meta the browsers have not had in a delta
         self._entries: dict[str, dict] = {}  # node -> its entry as last framed, without meta
-        self._alerting: dict[str, frozenset] = {}  # node -> GPU indexes with a firing alert, as last framed
+        self._flags: dict[str, dict[int, int]] = {}  # node -> GPU index -> the stages' flag bits, as last framed
         self._forgotten: set[str] = set()  # nodes pruned since the last delta
 
     def forget(self, name: str) -> None:
         """Drop a pruned node: the next delta names it in ``forgotten``, snapshots leave it out."""
-        for cache in (self._rows, self._meta, self._identity, self._entries, self._alerting):
+        for cache in (self._rows, self._meta, self._identity, self._entries, self._flags):
             cache.pop(name, None)
         self._new_meta.discard(name)
         self._forgotten.add(name)
@@ -145,7 +149,7 @@ class FrameBuilder:
         so the work is done before the tick's frame is due); return them without alert flags."""
         gpus = node.sample["gpus"]
         busy_util = self.busy_util
-        rows = self._rows[node.name] = [gpu_row(gpu, False, busy_util) for gpu in gpus]
+        rows = self._rows[node.name] = [gpu_row(gpu, busy_util) for gpu in gpus]
         # Models and limits rarely change: compare the raw readings, format only on a change.
         identity = [(gpu.get("name"), gpu.get("mem_total"), gpu.get("power_limit")) for gpu in gpus]
         if identity != self._identity.get(node.name):
@@ -160,7 +164,7 @@ class FrameBuilder:
         """Return the rows of the node's latest sample, without alert flags (its recent point)."""
         return self._rows[name]
 
-    def _entry(self, node: NodeState, alerting: frozenset, probes: dict, health: NodeHealth | None) -> dict:
+    def _entry(self, node: NodeState, flags: dict[int, int] | None, fields: dict) -> dict:
         sample = node.sample
         rows = self._rows.get(node.name)
         if rows is None:  # known from before a restart, not sampled since
@@ -168,43 +172,35 @@ class FrameBuilder:
         if node.status == DOWN:
             gpus = [[None] * len(FIELDS) for _ in rows]
         else:
-            gpus = _with_alerts(rows, sample["gpus"], alerting) if alerting else rows
+            gpus = _with_flags(rows, sample["gpus"], flags) if flags else rows
         entry = {"ts": node.ts, "interval": sample["interval"], "status": node.status, "gpus": gpus}
         if node.skew is not None:
             entry["skew"] = round(node.skew, 1)
         if node.identity.twin_since is not None:
             entry["twin"] = node.identity.twin_since
-        if node.name in probes:
-            entry["probe"] = probes[node.name]
-        if health is not None and health.since is not None:
-            entry["health"] = health.frame_entry()
+        entry.update(fields)
         return entry
 
-    def frames(self, state: ClusterState, sampled: set[str], changed: list[str], firing: set, probes: dict,
-               summary: dict, health: dict[str, NodeHealth] | None = None) -> tuple[bytes | None, bytes]:
+    def frames(self, state: ClusterState, sampled: set[str], changed: list[str], flags: dict[str, dict[int, int]],
+               fields_of: Callable[[str], dict], summary: dict) -> tuple[bytes | None, bytes]:
         """Return (delta, snapshot): the delta frames the nodes that sent a sample (update() has
-        their rows) or whose status, probe, health (``changed`` names them) or firing alerts
-        changed, and is None when there are none; the snapshot frames every node, meta included."""
-        health = health or {}
+        their rows) or whose status or stage keys (``changed`` names them) or stage ``flags``
+        (node -> GPU index -> bits) changed, and is None when there are none; the snapshot frames
+        every node, meta included. ``fields_of(name)``: the keys the stages add to the node's entry."""
         self.seq += 1
-        alerting: dict[str, set] = {}
-        for node, gpu in firing:
-            if gpu is not None:
-                alerting.setdefault(node, set()).add(gpu)
         # Nodes never framed (known from before a restart) join the snapshot and this delta.
         touched = sampled.union(changed, state.nodes.keys() - self._entries.keys())
-        for name in self._alerting.keys() | alerting.keys():
-            if self._alerting.get(name) != alerting.get(name):
+        for name in self._flags.keys() | flags.keys():
+            if self._flags.get(name) != flags.get(name):
                 touched.add(name)
-        self._alerting = {name: frozenset(gpus) for name, gpus in alerting.items()}
+        self._flags = flags
 
         delta_nodes = {}
         for name in touched:
             node = state.nodes.get(name)
             if node is None:
                 continue
-            entry = self._entries[name] = self._entry(node, self._alerting.get(name, frozenset()), probes,
-                                                      health.get(name))
+            entry = self._entries[name] = self._entry(node, flags.get(name), fields_of(name))
             if name in self._new_meta:
                 entry = {**entry, "meta": self._meta[name]}
             delta_nodes[name] = entry

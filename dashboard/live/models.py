@@ -53,19 +53,6 @@ class RollupCheckpoint(models.Model):
     usage_entry_seq = models.BigIntegerField()
 
 
-class HealthChange(models.Model):
-    """A node's health verdict changed (dashboard/live/node_health.py): shown on the node page and by the API."""
-
-    node = models.CharField(max_length=128)
-    at = models.DateTimeField()
-    old = models.CharField(max_length=16, help_text="verdict before: healthy, degraded, failing or unknown")
-    new = models.CharField(max_length=16)
-    reason = models.CharField(max_length=400, blank=True, help_text="the worst finding when the verdict changed")
-
-    class Meta:
-        indexes = [models.Index(fields=["node", "-at"])]
-
-
 # Usage accounting (dashboard/live/usage.py): seconds and energy summed, so parts of a
 # minute or an hour merge by addition like the rollups. gpulse/usage.py says what the words mean.
 USAGE_SUMS = ("samples", "seconds", "allocated_seconds", "busy_seconds", "energy_j")

@@ -293,6 +293,13 @@ class RollupAccumulator:
             bucket.fold(ids[these], values[these, :len(ROLLUP_METRICS)], len(self.gpus))
 
     def _new_id(self, node: str, index: int) -> int:
+        # A node forgotten and back before its rows were written takes its old ids again: two ids of one
+        # GPU would give a minute two rows of one key, which one merge cannot take (PostgreSQL refuses it).
+        for position, gpu_id in enumerate(self.released_ids):
+            if self.gpus[gpu_id] == (node, index):
+                del self.released_ids[position]
+                self.ids[(node, index)] = gpu_id
+                return gpu_id
         if self.free_ids:
             gpu_id = self.free_ids.pop()
             self.gpus[gpu_id] = (node, index)

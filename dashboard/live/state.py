@@ -1,12 +1,13 @@
 """What ingest knows about the cluster right now (gpulse.status judges each node)."""
 
+import logging
 from dataclasses import dataclass, field
-
-import orjson
 
 from dashboard.live.identity import CollectorIdentity
 from gpulse import schema
-from gpulse.status import DEFAULT_MAX_CLOCK_SKEW, SEVERITY, UP, node_status, reconnect_grace
+from gpulse.status import DEFAULT_MAX_CLOCK_SKEW, SEVERITY, UP, node_status, place, reconnect_grace
+
+log = logging.getLogger("gpulse.ingest")
 
 
 @dataclass
@@ -40,12 +41,7 @@ def remembered(raw: bytes) -> dict:
 
     Ingest writes it, but it lives in Redis, which any holder of the password can write.
     """
-    try:
-        seen = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise schema.MalformedSample(f"not JSON: {exc}") from None
-    if type(seen) is not dict:
-        raise schema.MalformedSample("not a JSON object")
+    seen = schema.json_object(raw)
     seen.setdefault("arrived", seen.get("ts"))  # an ingest before arrival times wrote none
     for name in ("ts", "arrived"):
         value = seen[name]
@@ -83,6 +79,31 @@ class ClusterState:
     # Meanwhile no node's status worsens: collectors are still writing what they buffered.
     resumed_at: float | None = None
     catching_up: bool = False
+
+    def resume(self, names: list[str], known: dict[bytes, bytes], latest: list[bytes | None]) -> None:
+        """Take the nodes as Redis remembers them: ``known``, the known-nodes hash; ``latest``, each
+        name's newest sample (or None). A node whose entry is not valid is left out, and logged."""
+        for name, raw in zip(names, latest, strict=True):
+            try:
+                seen = remembered(known[name.encode()])
+            except schema.MalformedSample as exc:
+                log.warning("forgetting node %s: what Redis remembers of it is not valid: %s", name, exc)
+                continue
+            try:
+                sample = schema.parse(raw) if raw else None
+            except schema.MalformedSample:
+                sample = None
+            if sample is None:
+                sample = {"v": 1, "node": name, "ts": seen["ts"], "interval": seen["interval"], "gpus": []}
+                try:
+                    schema.validate(sample)
+                except schema.MalformedSample as exc:
+                    log.warning("forgetting node %s: what Redis remembers of it is not valid: %s", name, exc)
+                    continue
+            arrived = seen["arrived"]
+            placed, skew = place(sample["ts"], arrived, self.max_skew)
+            identity = CollectorIdentity(seen.get("boot"), seen.get("restarts", 0))
+            self.nodes[name] = NodeState(name, sample, arrived, placed, skew, identity=identity)
 
     def refresh_statuses(self, now: float) -> list[str]:
         """Re-judge every node at ``now``; return the names whose status changed."""

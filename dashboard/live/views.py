@@ -28,11 +28,6 @@ def node_detail(request, name):
     return render(request, "live/node.html", {"node": node, "ranges": HISTORY_RANGES, "check_titles": titles})
 
 
-@require_GET
-def health_list(request):
-    return render(request, "live/health.html")
-
-
 @login_not_required
 @require_GET
 def healthz(request):

@@ -7,9 +7,11 @@ can become a second argument or a different node. Every failure is a
 SlurmError whose message a person can act on.
 """
 
+import datetime as dt
 import re
 import subprocess
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 
@@ -20,8 +22,9 @@ from gpulse.schema import valid_node_name
 REASON_PREFIX = "gpulse:"
 # Slurm keeps longer reasons, but a reason is read in one line of `sinfo -R`.
 MAX_REASON = 200
-# scontrol appends "[user@2026-11-25T09:08:17]" to the reason it shows.
-_REASON_STAMP = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")
+# scontrol appends "[user@2026-11-25T09:08:17]" to the reason it shows: who set it and when, in
+# slurmctld's local time.
+_REASON_STAMP = re.compile(r"\s*\[(?P<user>[^\[\]]*)@(?P<time>[^\[\]]*)\]\s*$")
 _UNSAFE = re.compile(r"[\"'`\\\x00-\x1f\x7f]+")
 
 
@@ -38,6 +41,8 @@ class NodeState:
     name: str
     state: str  # e.g. IDLE+DRAIN, MIXED+DRAIN, DOWN*+DRAIN
     reason: str  # without scontrol's "[user@time]" stamp; "" when none
+    reason_user: str = ""  # who set the reason, from the stamp
+    reason_time: dt.datetime | None = None  # when, from the stamp (aware); None without one
 
     @property
     def drained(self) -> bool:
@@ -102,11 +107,24 @@ def parse_show_node(node: str, out: str) -> NodeState:
     state = re.search(r"(?:^|\s)State=(\S+)", line)
     # The reason is free text with spaces; scontrol prints it as the line's last field.
     reason = re.search(r"(?:^|\s)Reason=(.*)$", line)
+    text = reason.group(1) if reason else ""
+    stamp = _REASON_STAMP.search(text)
     return NodeState(
         name=node,
         state=state.group(1) if state else "",
-        reason=_REASON_STAMP.sub("", reason.group(1)).strip() if reason else "",
+        reason=_REASON_STAMP.sub("", text).strip(),
+        reason_user=stamp.group("user") if stamp else "",
+        reason_time=_stamp_time(stamp.group("time")) if stamp else None,
     )
+
+
+def _stamp_time(text: str) -> dt.datetime | None:
+    """The stamp's time, in GPULSE_SLURM_TIME_ZONE (slurmctld's); None when it is not one scontrol writes."""
+    try:
+        local = dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return None
+    return local.replace(tzinfo=ZoneInfo(settings.GPULSE_SLURM_TIME_ZONE))
 
 
 def drain(node: str, reason: str) -> None:

@@ -24,9 +24,10 @@ from django.utils import timezone
 
 from dashboard.accounts.audit import audit
 from dashboard.alerts.models import DEFAULT_RESUME_AFTER, FIRING, Alert
+from dashboard.celery_app import app
 from dashboard.scheduler import limits, slurm
 from dashboard.scheduler.models import DrainRecord
-from workers.celery_app import SCHEDULER_QUEUE, app
+from gpulse.celery_contract import SCHEDULER_QUEUE
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from django.db import connection, transaction
 from django.db.models import F, Sum
 from django.db.models.functions import TruncHour
 
-from dashboard.live.idle import idle_long_enough
 from dashboard.live.models import ClusterUsage, UsageHour
 from dashboard.redis_client import redis_client
+from dashboard.usage.idle import idle_long_enough
 from dashboard.usage.prices import Prices
 from gpulse.keys import Keys
 

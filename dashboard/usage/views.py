@@ -8,8 +8,8 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.live.idle import MAX_LISTED
 from dashboard.usage.api import parse_range
+from dashboard.usage.idle import MAX_LISTED
 from dashboard.usage.prices import current_prices
 from dashboard.usage.report import GROUPINGS, allocation_series, idle_now, usage_table
 

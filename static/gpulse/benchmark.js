@@ -56,6 +56,7 @@ function renderChart(rows) {
   const traces = [];
   for (const [inplace, label] of [[false, "out-of-place"], [true, "in-place"]]) {
     const mine = rows.filter((r) => r.inplace === inplace).sort((a, b) => a.size - b.size);
+    if (inplace && !mine.length) continue;  // alltoall and sendrecv have no in-place form
     traces.push({x: mine.map((r) => r.size), y: mine.map((r) => r.busbw), name: `busbw ${label}`, mode: "lines+markers"});
     traces.push({x: mine.map((r) => r.size), y: mine.map((r) => r.algbw), name: `algbw ${label}`,
                  mode: "lines+markers", line: {dash: "dot"}});
@@ -65,11 +66,12 @@ function renderChart(rows) {
                                               {displaylogo: false, responsive: true}));
 }
 
-// A size is done once its in-place row, measured after the out-of-place one, has come.
-function showProgress(rows) {
+// A size is done once its last row has come: in-place, measured after the out-of-place one, where the
+// operation has an in-place form.
+function showProgress(rows, hasInPlace) {
   const progress = document.getElementById("job-progress");
   if (!progress) return;
-  progress.value = rows.filter((r) => r.inplace).length;
+  progress.value = rows.filter((r) => r.inplace === hasInPlace).length;
   document.getElementById("job-progress-text").textContent = `${progress.value} of ${progress.max}`;
 }
 
@@ -79,7 +81,7 @@ function showProgress(rows) {
 // API, for a job whose events are gone, whether the job ended meanwhile.
 function followJob(job) {
   const rows = (job.result && job.result.rows) || [];
-  const draw = () => { renderTable(rows); renderChart(rows); showProgress(rows); };
+  const draw = () => { renderTable(rows); renderChart(rows); showProgress(rows, job.has_in_place); };
   draw();
   if (job.status !== "queued" && job.status !== "running") return;
   let connections = 0;
@@ -117,7 +119,7 @@ function compareJobs(jobs) {
     const rows = job.result.rows.filter((r) => !r.inplace).sort((a, b) => a.size - b.size);
     // Plotly renders pseudo-HTML in trace names; node names are the nodes' to choose.
     return {x: rows.map((r) => r.size), y: rows.map((r) => r.busbw), mode: "lines+markers",
-            name: GpulseFormat.plotlyText(`#${job.id} ${job.nodes.join(",")} ×${job.ranks_per_node} ${job.result.backend}`)};
+            name: GpulseFormat.plotlyText(`#${job.id} ${job.op} ${job.nodes.join(",")} ×${job.ranks_per_node} ${job.result.backend}`)};
   });
   GpulsePlotly.then((Plotly) => Plotly.react("compare-chart", traces, chartLayout("busbw (out-of-place) vs message size"),
                                               {displaylogo: false, responsive: true}));

@@ -14,6 +14,7 @@
   const Frames = window.GpulseFrames;
   const FLAG = Frames.FLAG;
   const FAULT = Frames.FAULT;
+  const META = Frames.META;
   // A seq this far below the last one means ingest restarted and counts from 1 again.
   const SEQ_RESTART_GAP = 10;
 
@@ -145,9 +146,9 @@
         const i = r * cols + g;
         const row = gpus[g];
         const info = meta[g];
-        cells.model[i] = info ? String(info[0]) : "";
-        cells.memTotal[i] = info ? F.numberOrNaN(info[1]) : NaN;
-        cells.powerLimit[i] = info ? F.numberOrNaN(info[2]) : NaN;
+        cells.model[i] = info ? String(info[META.model]) : "";
+        cells.memTotal[i] = info ? F.numberOrNaN(info[META.mem_total]) : NaN;
+        cells.powerLimit[i] = info ? F.numberOrNaN(info[META.power_limit]) : NaN;
         if (!row) {
           cells.present[i] = 0;
           cells.flags[i] = 0;

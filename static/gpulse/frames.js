@@ -6,6 +6,8 @@
   // Frames name their fields; these are the fields of frames.py FIELDS, in order,
   // for rows that come without the list (the node page's recent points).
   const FIELDS = ["util", "mem_used", "temp", "power", "sm_clock", "flags"];
+  // What each GPU's entry in a node's meta holds, in order (frames.py META_FIELDS).
+  const META_FIELDS = ["model", "mem_total", "power_limit"];
 
   const FLAG = {
     LOST: 1,
@@ -27,5 +29,7 @@
     return index;
   }
 
-  window.GpulseFrames = { FIELDS: FIELDS, FLAG: FLAG, FAULT: FAULT, indexFields: indexFields };
+  window.GpulseFrames = {
+    FIELDS: FIELDS, META: indexFields(META_FIELDS), FLAG: FLAG, FAULT: FAULT, indexFields: indexFields,
+  };
 })();

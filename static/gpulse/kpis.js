@@ -26,7 +26,7 @@
     const b = s.latest_busbw;
     if (b && F.isNum(b.busbw)) {
       const trend = F.isNum(b.previous) ? (b.busbw > b.previous * 1.02 ? " ↑" : b.busbw < b.previous * 0.98 ? " ↓" : " =") : "";
-      parts.push("busbw " + b.busbw.toFixed(2) + " GB/s out-of-place" + trend + " " + b.nodes);
+      parts.push(b.op + " busbw " + b.busbw.toFixed(2) + " GB/s out-of-place" + trend + " " + b.nodes);
     }
     return parts.join(" · ");
   }

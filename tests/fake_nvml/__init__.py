@@ -43,6 +43,8 @@ def config(**settings) -> str:
     """Return FAKE_NVML_CONFIG text; list values are joined with commas.
 
     config(gpus=8, lost=[2], unsupported=["fan", "ecc"]) -> "gpus=8;lost=2;unsupported=fan,ecc"
+    config(gpus=2, gpm=["1:97:12"]) -> "gpus=2;gpm=1:97:12": GPU 1's GPM graphics engine 97 %, SM 12 %,
+    the rest of its GPM metrics at their defaults; unsupported=["gpm"] is a GPU before Hopper.
     """
     def text(value):
         return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
@@ -57,6 +59,12 @@ def preload(variant: str = "current") -> ctypes.CDLL:
 def configure(library: ctypes.CDLL, text: str) -> None:
     """Change a loaded fake's configuration now, e.g. to lose a GPU between two samples."""
     library.fakeNvmlConfigure(text.encode())
+
+
+def gpm_window(library: ctypes.CDLL, gpu: int) -> float:
+    """Seconds between the two samples of GPU ``gpu``'s last nvmlGpmMetricsGet."""
+    library.fakeNvmlGpmWindow.restype = ctypes.c_double
+    return library.fakeNvmlGpmWindow(gpu)
 
 
 def subprocess_env(text: str, variant: str = "current") -> dict:

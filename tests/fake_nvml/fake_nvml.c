@@ -24,13 +24,24 @@
  *                        remap retired retired_pending ecc_mode persistence
  *                        compute_mode mig vbios nvlink_state nvlink_errors
  *                        cuda (nvmlSystemGetCudaDriverVersion_v2)
+ *                        gpm (GPU Performance Monitoring, as before Hopper:
+ *                        nvmlGpmQueryDeviceSupport says unsupported and
+ *                        nvmlGpmSampleGet answers NOT_SUPPORTED)
  *   hang=I:SECONDS       GPU I's utilization call sleeps SECONDS first
  *   xid=I:CODE,I:CODE    XID events waiting on GPU I, each delivered once
  *   procs=I:PID:BYTES:K  processes on GPU I (K: c compute, g graphics;
  *                        BYTES "na" = not available, as under WDDM)
  *   throttle=MASK        clock event reasons on every GPU (default 0x4)
+ *   gpm=I:GR:SM:OCC:TENSOR:HMMA:IMMA:DMMA:DRAM:FP64:FP32:FP16,...
+ *                        GPU I's GPM activity in percent (graphics engine,
+ *                        SM activity, SM occupancy, any tensor pipe, HMMA,
+ *                        IMMA, DMMA, DRAM bandwidth, FP64, FP32, FP16);
+ *                        "na" answers that metric NOT_SUPPORTED, values left
+ *                        out keep their defaults (below)
+ *   gpm_error=I:CODE     GPU I's nvmlGpmSampleGet answers CODE
  *
- * Health readings, the same on every GPU (defaults: a healthy H100 SXM):
+ * Health readings, the same on every GPU unless pcie_on / nvlink_down_on say otherwise
+ * (defaults: a healthy H100 SXM):
  *   pcie=GEN:GENMAX:WIDTH:WIDTHMAX   PCIe link, current and maximum (5:5:16:16)
  *   remapped=CORR:UNC:PENDING:FAILURE  nvmlDeviceGetRemappedRows (0:0:0:0)
  *   retired=SBE:DBE:PENDING  retired pages per cause and the pending flag (0:0:0)
@@ -41,6 +52,9 @@
  *                            throughput fields and nvmlDeviceGetNvLinkState
  *                            answer for links 0..N-1, INVALID_ARGUMENT beyond
  *   nvlink_down=L,L          links whose state is inactive
+ *   pcie_on=I,J              GPUs the pcie setting applies to; the others
+ *                            report their maximum link (default: every GPU)
+ *   nvlink_down_on=I,J       GPUs nvlink_down applies to (default: every GPU)
  *   nvlink_errors=FLIT:DATA:REPLAY:RECOVERY  each link's error counters (0:0:0:0)
  *   driver=TEXT              driver version (550.54.15)
  *   cuda=N                   CUDA driver version, 1000*major + 10*minor (12040)
@@ -55,15 +69,28 @@
  *   1250000 KiB/s RX since nvmlInit, total energy 48213775401 + i mJ at
  *   nvmlInit growing at the power above (mW x s = mJ, so 612.4 + i J each
  *   second), PCIe replays i, memory temperature 70+i C (field value
- *   NVML_FI_DEV_MEMORY_TEMP).
+ *   NVML_FI_DEV_MEMORY_TEMP), GPM activity (percent) graphics engine 80+i,
+ *   SM 70+i, occupancy 40+i, any tensor 50+i, HMMA 45+i, IMMA 4+i, DMMA 1+i,
+ *   DRAM 60+i, FP64 2+i, FP32 20+i, FP16 8+i.
+ *
+ * GPM as the NVML header describes it: nvmlGpmSampleGet records the GPU's
+ * activity counters (here: each metric's percentage integrated over
+ * CLOCK_MONOTONIC seconds, advanced at every sample) and nvmlGpmMetricsGet
+ * computes each metric from two samples, the counters' difference over the
+ * time between them. It refuses (INVALID_ARGUMENT) a sample never filled,
+ * samples of two GPUs, and a sample2 not newer than sample1, so a collector
+ * that passes the same sample twice or swaps them fails in tests.
  *
  * fakeNvmlUtilizationCalls(i) counts the utilization calls GPU i received,
- * so a test can tell whether a GPU was read again.
+ * so a test can tell whether a GPU was read again. fakeNvmlGpmWindow(i) is
+ * the time between the two samples of GPU i's last nvmlGpmMetricsGet (s).
  *
  * Built with -DFAKE_NVML_R470 it lacks the entry points newer drivers added
- * (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetCurrentClocksEventReasons).
+ * (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetCurrentClocksEventReasons, the
+ * nvmlGpm* functions of R520).
  */
 #define _GNU_SOURCE
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,8 +142,9 @@ enum reading {
     R_PERSISTENCE = 1 << 24, R_COMPUTE_MODE = 1 << 25, R_MIG = 1 << 26, R_VBIOS = 1 << 27,
     R_NVLINK_STATE = 1 << 28, R_NVLINK_ERRORS = 1 << 29, R_CUDA = 1 << 30,
 };
+#define R_GPM (1u << 31) /* past int's range, so not in the enum */
 
-static const struct { const char *name; int bit; } READINGS[] = {
+static const struct { const char *name; unsigned int bit; } READINGS[] = {
     {"util", R_UTIL}, {"memory", R_MEMORY}, {"temp", R_TEMP}, {"power", R_POWER},
     {"power_limit", R_POWER_LIMIT}, {"clocks", R_CLOCKS}, {"fan", R_FAN},
     {"throttle", R_THROTTLE}, {"ecc", R_ECC}, {"pcie", R_PCIE}, {"nvlink", R_NVLINK},
@@ -125,8 +153,17 @@ static const struct { const char *name; int bit; } READINGS[] = {
     {"pcie_gen_max", R_PCIE_GEN_MAX}, {"pcie_width_max", R_PCIE_WIDTH_MAX}, {"remap", R_REMAP},
     {"retired", R_RETIRED}, {"retired_pending", R_RETIRED_PENDING}, {"ecc_mode", R_ECC_MODE},
     {"persistence", R_PERSISTENCE}, {"compute_mode", R_COMPUTE_MODE}, {"mig", R_MIG}, {"vbios", R_VBIOS},
-    {"nvlink_state", R_NVLINK_STATE}, {"nvlink_errors", R_NVLINK_ERRORS}, {"cuda", R_CUDA},
+    {"nvlink_state", R_NVLINK_STATE}, {"nvlink_errors", R_NVLINK_ERRORS}, {"cuda", R_CUDA}, {"gpm", R_GPM},
 };
+
+/* The GPM metrics the fake keeps, in the order of the gpm= setting: NVML_GPM_METRIC_* id and
+ * GPU i's default percentage, base + i. */
+static const struct { unsigned int id; const char *name; double base; } GPM_METRICS[] = {
+    {1, "GRAPHICS_UTIL", 80}, {2, "SM_UTIL", 70}, {3, "SM_OCCUPANCY", 40}, {5, "ANY_TENSOR_UTIL", 50},
+    {7, "HMMA_TENSOR_UTIL", 45}, {9, "IMMA_TENSOR_UTIL", 4}, {8, "DMMA_TENSOR_UTIL", 1},
+    {10, "DRAM_BW_UTIL", 60}, {11, "FP64_UTIL", 2}, {12, "FP32_UTIL", 20}, {13, "FP16_UTIL", 8},
+};
+#define GPM_COUNT (int)(sizeof GPM_METRICS / sizeof GPM_METRICS[0])
 
 /* The binding's structs, field for field. */
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
@@ -167,7 +204,7 @@ static struct {
     char name[96];
     nvmlReturn_t init_error, device_error;
     unsigned int lost;          /* bit per GPU */
-    int unsupported;            /* enum reading bits */
+    unsigned int unsupported;   /* enum reading bits */
     int hang_gpu;
     double hang_seconds;
     unsigned long long throttle;
@@ -183,7 +220,11 @@ static struct {
     int cuda;
     int nvlinks;
     unsigned long long nvlink_down; /* bit per link */
+    unsigned int pcie_on, nvlink_down_on; /* bit per GPU; 0: every GPU */
     unsigned long long nvlink_errors[4]; /* per link, by nvmlNvLinkErrorCounter_t order below */
+    double gpm[MAX_GPUS][GPM_COUNT];     /* percent; NAN: not supported */
+    unsigned int gpm_set[MAX_GPUS];      /* bit per GPM_METRICS entry that gpm= configured */
+    nvmlReturn_t gpm_error[MAX_GPUS];
 } cfg;
 
 static struct fake_device devices[MAX_GPUS];
@@ -199,6 +240,18 @@ static double now(void)
     return tv.tv_sec + tv.tv_usec / 1e6;
 }
 
+/* "I:GR:SM:...": GPU I's GPM percentages in GPM_METRICS order, "na" for not supported. */
+static void parse_gpm(char *item)
+{
+    char *save = NULL, *field = strtok_r(item, ":", &save);
+    int gpu = field ? atoi(field) : -1;
+    if (gpu < 0 || gpu >= MAX_GPUS) return;
+    for (int k = 0; k < GPM_COUNT && (field = strtok_r(NULL, ":", &save)); k++) {
+        cfg.gpm[gpu][k] = strcmp(field, "na") ? strtod(field, NULL) : NAN;
+        cfg.gpm_set[gpu] |= 1u << k;
+    }
+}
+
 static void parse_list(const char *key, char *value)
 {
     char *save = NULL;
@@ -210,6 +263,15 @@ static void parse_list(const char *key, char *value)
                 if (!strcmp(item, READINGS[i].name)) cfg.unsupported |= READINGS[i].bit;
         } else if (!strcmp(key, "nvlink_down")) {
             cfg.nvlink_down |= 1ULL << atoi(item);
+        } else if (!strcmp(key, "pcie_on")) {
+            cfg.pcie_on |= 1u << atoi(item);
+        } else if (!strcmp(key, "nvlink_down_on")) {
+            cfg.nvlink_down_on |= 1u << atoi(item);
+        } else if (!strcmp(key, "gpm")) {
+            parse_gpm(item);
+        } else if (!strcmp(key, "gpm_error")) {
+            int gpu = -1, code = 0;
+            if (sscanf(item, "%d:%d", &gpu, &code) == 2 && gpu >= 0 && gpu < MAX_GPUS) cfg.gpm_error[gpu] = code;
         } else if (!strcmp(key, "xid") && cfg.nxids < MAX_XIDS) {
             struct fake_xid *x = &cfg.xids[cfg.nxids++];
             sscanf(item, "%d:%llu", &x->gpu, &x->code);
@@ -282,7 +344,7 @@ int fakeNvmlUtilizationCalls(int index)
 }
 
 /* Common checks of every device call; sets *index on success. */
-static nvmlReturn_t device_check(nvmlDevice_t device, int reading, int *index)
+static nvmlReturn_t device_check(nvmlDevice_t device, unsigned int reading, int *index)
 {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
     if (device < devices || device >= devices + cfg.gpus) return NVML_ERROR_INVALID_ARGUMENT;
@@ -614,6 +676,20 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
 
 /* The health readings (see the configuration above). */
 
+static int applies(unsigned int gpus, int index)
+{
+    return !gpus || (gpus & (1u << index));
+}
+
+/* A current PCIe reading: the configured one on the GPUs of pcie_on, the maximum on the others. */
+static nvmlReturn_t pcie_reading(nvmlDevice_t device, int reading, unsigned int value, unsigned int max,
+                                 unsigned int *out)
+{
+    CHECK(device, reading);
+    *out = applies(cfg.pcie_on, index) ? value : max;
+    return NVML_SUCCESS;
+}
+
 static nvmlReturn_t uint_reading(nvmlDevice_t device, int reading, unsigned int value, unsigned int *out)
 {
     CHECK(device, reading);
@@ -624,7 +700,7 @@ static nvmlReturn_t uint_reading(nvmlDevice_t device, int reading, unsigned int 
 
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
 {
-    return uint_reading(device, R_PCIE_GEN, cfg.pcie[0], gen);
+    return pcie_reading(device, R_PCIE_GEN, cfg.pcie[0], cfg.pcie[1], gen);
 }
 
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
@@ -634,7 +710,7 @@ nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned in
 
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
 {
-    return uint_reading(device, R_PCIE_WIDTH, cfg.pcie[2], width);
+    return pcie_reading(device, R_PCIE_WIDTH, cfg.pcie[2], cfg.pcie[3], width);
 }
 
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
@@ -707,18 +783,19 @@ nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsig
     return NVML_SUCCESS;
 }
 
-static nvmlReturn_t nvlink_check(nvmlDevice_t device, int reading, unsigned int link)
+static nvmlReturn_t nvlink_check(nvmlDevice_t device, int reading, unsigned int link, int *gpu)
 {
     CHECK(device, reading);
-    (void)index;
+    if (gpu) *gpu = index;
     return link < (unsigned int)cfg.nvlinks ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, unsigned int *active)
 {
-    nvmlReturn_t ret = nvlink_check(device, R_NVLINK_STATE, link);
+    int gpu;
+    nvmlReturn_t ret = nvlink_check(device, R_NVLINK_STATE, link, &gpu);
     if (ret != NVML_SUCCESS) return ret;
-    *active = !(cfg.nvlink_down & (1ULL << link));
+    *active = !((cfg.nvlink_down & (1ULL << link)) && applies(cfg.nvlink_down_on, gpu));
     return NVML_SUCCESS;
 }
 
@@ -727,9 +804,128 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int l
                                              unsigned long long *value)
 {
     static const int configured[] = {2, 3, 0, 1}; /* counter -> position in nvlink_errors=FLIT:DATA:REPLAY:RECOVERY */
-    nvmlReturn_t ret = nvlink_check(device, R_NVLINK_ERRORS, link);
+    nvmlReturn_t ret = nvlink_check(device, R_NVLINK_ERRORS, link, NULL);
     if (ret != NVML_SUCCESS) return ret;
     if (counter > 3) return NVML_ERROR_NOT_SUPPORTED;
     *value = cfg.nvlink_errors[configured[counter]];
     return NVML_SUCCESS;
 }
+
+#ifndef FAKE_NVML_R470
+/* GPM: GPU Performance Monitoring (see the top of this file). */
+
+#define GPM_METRIC_MAX 477 /* the binding's NVML_GPM_METRIC_MAX: numMetrics may not exceed it */
+#define GPM_METRICS_GET_VERSION 1
+#define GPM_SUPPORT_VERSION 1
+
+struct fake_gpm_sample { int gpu, filled; double taken, counters[GPM_COUNT]; };
+typedef struct fake_gpm_sample *nvmlGpmSample_t;
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct { char *shortName, *longName, *unit; } metricInfo;
+} nvmlGpmMetric_t;
+typedef struct {
+    unsigned int version, numMetrics;
+    nvmlGpmSample_t sample1, sample2;
+    nvmlGpmMetric_t metrics[]; /* the caller's NVML_GPM_METRIC_MAX entries; numMetrics of them used */
+} nvmlGpmMetricsGet_t;
+typedef struct { unsigned int version, isSupportedDevice; } nvmlGpmSupport_t;
+
+/* Per GPU, each metric's percentage integrated over seconds, and when it was last advanced:
+ * kept across reconfiguration, so a changed gpm= setting applies from the next sample on. */
+static double gpm_counters[MAX_GPUS][GPM_COUNT];
+static double gpm_advanced[MAX_GPUS];
+static double gpm_window[MAX_GPUS];
+
+double fakeNvmlGpmWindow(int index)
+{
+    return index >= 0 && index < MAX_GPUS ? gpm_window[index] : -1;
+}
+
+static double monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double gpm_percent(int gpu, int k)
+{
+    return cfg.gpm_set[gpu] & (1u << k) ? cfg.gpm[gpu][k] : GPM_METRICS[k].base + gpu;
+}
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support)
+{
+    CHECK(device, 0);
+    (void)index;
+    if (!support) return NVML_ERROR_INVALID_ARGUMENT;
+    if (support->version != GPM_SUPPORT_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = !(cfg.unsupported & R_GPM);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    *sample = calloc(1, sizeof **sample);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    free(sample);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample)
+{
+    CHECK(device, R_GPM);
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    if (cfg.gpm_error[index]) return cfg.gpm_error[index];
+    pthread_mutex_lock(&lock);
+    double t = monotonic();
+    if (gpm_advanced[index] > 0)
+        for (int k = 0; k < GPM_COUNT; k++) {
+            double percent = gpm_percent(index, k);
+            if (!isnan(percent)) gpm_counters[index][k] += percent * (t - gpm_advanced[index]);
+        }
+    gpm_advanced[index] = t;
+    sample->gpu = index;
+    sample->taken = t;
+    memcpy(sample->counters, gpm_counters[index], sizeof sample->counters);
+    sample->filled = 1;
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!get) return NVML_ERROR_INVALID_ARGUMENT;
+    if (get->version != GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    const struct fake_gpm_sample *first = get->sample1, *second = get->sample2;
+    if (!first || !second || !first->filled || !second->filled || first->gpu != second->gpu
+        || second->taken <= first->taken || get->numMetrics > GPM_METRIC_MAX)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    double seconds = second->taken - first->taken;
+    gpm_window[first->gpu] = seconds;
+    for (unsigned int i = 0; i < get->numMetrics; i++) {
+        nvmlGpmMetric_t *metric = &get->metrics[i];
+        memset(&metric->metricInfo, 0, sizeof metric->metricInfo);
+        metric->value = 0;
+        metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        for (int k = 0; k < GPM_COUNT; k++) {
+            if (GPM_METRICS[k].id != metric->metricId || isnan(gpm_percent(first->gpu, k))) continue;
+            metric->value = (second->counters[k] - first->counters[k]) / seconds;
+            metric->nvmlReturn = NVML_SUCCESS;
+            metric->metricInfo.shortName = (char *)GPM_METRICS[k].name;
+            metric->metricInfo.unit = (char *)"%";
+        }
+    }
+    return NVML_SUCCESS;
+}
+#endif

@@ -2,6 +2,8 @@
 
 from django import template
 
+from dashboard.elapsed import elapsed
+
 register = template.Library()
 
 NONE = "—"
@@ -20,14 +22,4 @@ def one_decimal(value: float | None) -> str:
 @register.filter
 def idle_for(seconds: float) -> str:
     """Seconds as 42 s, 12 min, 3 h 12 min or 2 d 5 h."""
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
+    return elapsed(seconds, coarse=True)

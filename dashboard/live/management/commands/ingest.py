@@ -3,7 +3,6 @@ import signal
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
-from django.utils.module_loading import import_string
 
 from dashboard.live.ingest import Ingest
 from dashboard.live.publish import FramePublisher
@@ -13,7 +12,7 @@ log = logging.getLogger("gpulse.ingest")
 
 
 class Command(BaseCommand):
-    help = "Consume the telemetry stream: live frames to browsers, alert evaluation, minute rollups."
+    help = "Consume the telemetry streams: live frames, minute rollups, and the stages in GPULSE_INGEST_STAGES."
 
     def add_arguments(self, parser):
         parser.add_argument("--tick", type=float, default=settings.GPULSE_TICK, help="seconds between frames")
@@ -31,11 +30,7 @@ class Command(BaseCommand):
             redis_client(),
             publisher.publish,
             tick=tick,
-            # Named in settings, so live depends on no other app (docs/ARCHITECTURE.md).
-            evaluator=import_string(settings.GPULSE_INGEST_EVALUATOR)(),
-            summary=import_string(settings.GPULSE_INGEST_SUMMARY),
             consumer=consumer,
-            probe_low_fraction=settings.GPULSE_PROBE_LOW_FRACTION,
             max_clock_skew=settings.GPULSE_MAX_CLOCK_SKEW,
             forget_nodes_after=settings.GPULSE_NODE_FORGET_AFTER,
             forget_consumers_after=settings.GPULSE_INGEST_CONSUMER_FORGET_AFTER,

@@ -1,10 +1,12 @@
-"""One rank of an all-reduce sweep, nccl-tests style: the torch runtime.
+"""One rank of a collective sweep, nccl-tests style: the torch runtime.
 
 The launcher (workers/launcher.py) starts one process per rank with
-`python -m workers.allreduce ...`; each joins the job's rendezvous, sweeps the
-message sizes and reports to the launcher as JSON lines on an inherited pipe.
-What a sweep is (its spec, sizes, rows, formulas) lives in workers/sweep_spec.py,
-which the web imports without loading torch.
+`python -m workers.collective ...`; each joins the job's rendezvous, sweeps the
+message sizes of its operation (all_reduce, all_gather, reduce_scatter,
+alltoall, broadcast, reduce or sendrecv) and reports to the launcher as JSON
+lines on an inherited pipe. What a sweep is (its spec, operations, sizes, rows,
+formulas) lives in gpulse/sweep_spec.py, which the web imports without
+loading torch.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import threading
 import time
 from typing import NamedTuple
 
+from gpulse.sweep_spec import DTYPES, Row, SweepSpec, algbw, busbw
 from workers.errors import in_a_line
-from workers.sweep_spec import DTYPES, REDOP, Row, SweepSpec, algbw, busbw, sweep_sizes
 
 # Store key each rank increments on connecting, so the node-0 launcher can say
 # how many ranks a stuck rendezvous is still waiting for.
@@ -28,6 +30,9 @@ ARRIVED_KEY = "gpulse/arrived"
 # Ranks' own timeouts (store connect, collectives) run this much longer than
 # the job's limit, so the launcher's deadline is always the one that decides.
 RANK_TIMEOUT_SLACK_S = 5.0
+# Test-only: milliseconds this node's ranks wait after each timed iteration, as
+# behind a slow link (tests/test_fabric_sweep.py slows one node of a sweep so).
+TEST_DELAY_ENV = "GPULSE_TEST_RANK_DELAY_MS"
 
 
 # The check's data: element i of rank r holds (slot(i)·(r+1) + r) mod m, where
@@ -70,13 +75,14 @@ def _slots(start: int, stop: int, modulus: int, device):
     return (((index * _KNUTH) & 0xFFFFFFFF) >> 16) % modulus
 
 
-def _fill(buffer, pattern: Pattern, rank: int) -> None:
+def _fill(buffer, pattern: Pattern, rank: int, first: int = 0) -> None:
+    """Fill ``buffer`` with rank ``rank``'s data for elements ``first`` on (of the pattern's numbering)."""
     if rank >= pattern.contributors:
         buffer.zero_()
         return
     for start in range(0, buffer.numel(), _CHUNK):
         stop = min(start + _CHUNK, buffer.numel())
-        slots = _slots(start, stop, pattern.modulus, buffer.device)
+        slots = _slots(first + start, first + stop, pattern.modulus, buffer.device)
         buffer[start:stop].copy_((slots * (rank + 1) + rank) % pattern.modulus)
 
 
@@ -102,13 +108,21 @@ class _Reporter:
 
 
 class _Sweep:
-    """The per-rank state of one sweep: buffers, device, timing."""
+    """The per-rank state of one sweep: buffers, device, timing, and each operation's step and check.
+
+    Every rank's send buffer holds its data for elements 0 … (Pattern.value of
+    element i's slot); a message of ``count`` elements is its first ``count``.
+    Where an operation splits a message into per-rank parts (all_gather's
+    inputs, reduce_scatter's outputs, alltoall's), a part is ``count``
+    elements; part j of a split message is elements j·count … of the sender's data.
+    """
 
     def __init__(self, spec: SweepSpec, local_rank: int, report: _Reporter):
         import torch
         import torch.distributed as dist
 
         self.spec = spec
+        self.op = spec.collective
         self.rank = spec.global_rank(local_rank)
         self.world = spec.world_size
         self.report = report
@@ -116,46 +130,90 @@ class _Sweep:
         self.device = torch.device("cuda", local_rank) if self.cuda else torch.device("cpu")
         self.dtype = getattr(torch, spec.dtype)
         self.dist = dist
-        info = DTYPES[spec.dtype]
-        self.type_name = info.nccl_name
-        self.sizes = sweep_sizes(spec.min_bytes, spec.max_bytes, spec.factor, info.itemsize)
-        max_count = self.sizes[-1] // info.itemsize
+        self.type_name = DTYPES[spec.dtype].nccl_name
+        self.sizes = spec.sizes()
+        max_count = max(size for size, _ in self.sizes) // DTYPES[spec.dtype].itemsize
         self.pattern = pattern_for(self.world, spec.dtype)
         self.send = torch.empty(max_count, dtype=self.dtype, device=self.device)
         self.recv = torch.zeros(max_count, dtype=self.dtype, device=self.device)
         _fill(self.send, self.pattern, self.rank)
-        self.expected = _expected(max_count, self.pattern, self.dtype, self.device) if spec.check else None
+        # The sums of every element, for the operations that reduce (a message's are its first elements).
+        reduces = spec.op in ("all_reduce", "reduce_scatter", "reduce")
+        self.sums = _expected(max_count, self.pattern, self.dtype, self.device) if spec.check and reduces else None
+        self.test_delay_s = float(os.environ.get(TEST_DELAY_ENV) or 0) / 1000
 
     def run(self) -> None:
-        itemsize = DTYPES[self.spec.dtype].itemsize
-        for size in self.sizes:
-            count = size // itemsize
-            for inplace in (False, True):
+        for size, count in self.sizes:
+            for inplace in (False, True) if self.op.in_place else (False,):
                 row = self._measure(size, count, inplace)
                 if self.rank == 0:
                     self.report.send("row", row=row.to_dict())
 
     def _measure(self, size: int, count: int, inplace: bool) -> Row:
-        send, recv = self.send[:count], self.recv[:count]
-        dist = self.dist
-        if inplace:
-            def step():
-                dist.all_reduce(recv)
-        else:
-            # torch.distributed only reduces in place; out-of-place copies the
-            # input first, as torch's functional all_reduce does, and that
-            # copy is part of the measured time.
-            def step():
-                recv.copy_(send)
-                dist.all_reduce(recv)
-
+        step = self._step(count, inplace)
         for _ in range(self.spec.warmup):
             step()
         seconds = self._max_over_ranks(self._time(step))
-        wrong = self._check(send, recv, count) if self.spec.check else None
+        wrong = self._check(count) if self.spec.check else None
         alg = algbw(size, seconds)
-        return Row(size=size, count=count, type=self.type_name, redop=REDOP, time_us=seconds * 1e6,
-                   algbw=alg, busbw=busbw(alg, self.world), wrong=wrong, inplace=inplace)
+        return Row(size=size, count=count, type=self.type_name, redop=self.op.redop, time_us=seconds * 1e6,
+                   algbw=alg, busbw=busbw(self.spec.op, alg, self.world), wrong=wrong, inplace=inplace)
+
+    def _step(self, count: int, inplace: bool):
+        """Return one timed iteration of the operation on a message of ``count`` elements (its part, where split).
+
+        torch.distributed's all_reduce, broadcast and reduce only work in
+        place: out-of-place copies the input into the output first, as torch's
+        functional collectives do, and that copy is part of the measured time.
+        In place for the split operations, as nccl-tests places them: the
+        input is this rank's part of the output (all_gather), the output this
+        rank's part of the input (reduce_scatter).
+        """
+        dist, op, world = self.dist, self.spec.op, self.world
+        send, recv, rank = self.send, self.recv, self.rank
+        root = self.op.root
+        if op in ("all_reduce", "broadcast", "reduce"):
+            message = recv[:count]
+
+            def collective():
+                if op == "all_reduce":
+                    dist.all_reduce(message)
+                elif op == "broadcast":
+                    dist.broadcast(message, root)
+                else:
+                    dist.reduce(message, root)
+
+            if inplace:
+                return collective
+
+            def copy_then_collective():
+                message.copy_(send[:count])
+                collective()
+
+            return copy_then_collective
+        if op == "all_gather":
+            output = recv[:count * world]
+            part = output[rank * count:(rank + 1) * count] if inplace else send[:count]
+            return lambda: dist.all_gather_single(output, part)
+        if op == "reduce_scatter":
+            message = recv[:count * world] if inplace else send[:count * world]
+            part = message[rank * count:(rank + 1) * count] if inplace else recv[:count]
+            return lambda: dist.reduce_scatter_single(part, message)
+        if op == "alltoall":
+            return lambda: dist.all_to_all_single(recv[:count * world], send[:count * world])
+        return self._send_recv(send[:count], recv[:count])
+
+    def _send_recv(self, outgoing, incoming):
+        """Send to the next rank while receiving from the previous one, as sendrecv_perf's ring."""
+        dist, rank, world = self.dist, self.rank, self.world
+
+        def step():
+            ops = [dist.P2POp(dist.isend, outgoing, (rank + 1) % world),
+                   dist.P2POp(dist.irecv, incoming, (rank - 1) % world)]
+            for request in dist.batch_isend_irecv(ops):
+                request.wait()
+
+        return step
 
     def _barrier(self) -> None:
         if self.cuda:
@@ -180,10 +238,12 @@ class _Sweep:
         began = time.perf_counter()
         for _ in range(self.spec.iters):
             step()
+            if self.test_delay_s:
+                time.sleep(self.test_delay_s)
         return (time.perf_counter() - began) / self.spec.iters
 
     def _max_over_ranks(self, seconds: float) -> float:
-        # The slowest rank's time: an all-reduce is done when every rank has
+        # The slowest rank's time: a collective is done when every rank has
         # its result. (nccl-tests defaults to the mean over ranks, -a 1; after
         # the barrier the two differ by the ranks' skew leaving the last op.)
         import torch
@@ -192,23 +252,49 @@ class _Sweep:
         self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX)
         return float(value.item())
 
-    def _check(self, send, recv, count: int) -> int:
-        """Return the wrong elements of one fresh all-reduce, summed over all ranks."""
+    def _check(self, count: int) -> int:
+        """Return the wrong elements of one fresh out-of-place run of the operation, summed over all ranks."""
         import torch
 
-        # send still holds this rank's pattern (only the in-place timing
-        # reduces recv over and over), so a fresh input is one copy away.
+        # send still holds this rank's data (only in-place timings write over
+        # their inputs, in recv), so a fresh run needs no refill.
         corrupt = self.rank == self.spec.corrupt_rank
         if corrupt:
-            send[0] += 1
-        recv.copy_(send)
-        self.dist.all_reduce(recv)
+            self.send[0] += 1
+        self._step(count, inplace=False)()
         if corrupt:
-            send[0] -= 1
-        assert self.expected is not None  # built whenever spec.check asks for checks
-        wrong = (recv != self.expected[:count]).sum().to(torch.int64).reshape(1)
+            self.send[0] -= 1
+        got, expected = self._result(count)
+        wrong = torch.zeros(1, dtype=torch.int64, device=self.device)
+        if expected is not None:
+            wrong += (got != expected).sum().to(torch.int64)
         self.dist.all_reduce(wrong)
         return int(wrong.item())
+
+    def _result(self, count: int):
+        """Return this rank's output of the run _check made and what it must hold (None: this rank has none)."""
+        import torch
+
+        op, rank, world, recv = self.spec.op, self.rank, self.world, self.recv
+        if op == "all_reduce" or (op == "reduce" and rank == self.op.root):
+            assert self.sums is not None  # built whenever spec.check asks for checks
+            return recv[:count], self.sums[:count]
+        if op == "reduce":
+            return None, None  # only the root receives a reduction
+        if op == "reduce_scatter":
+            assert self.sums is not None
+            return recv[:count], self.sums[rank * count:(rank + 1) * count]
+        expected = torch.empty(count * (world if self.op.split else 1), dtype=self.dtype, device=self.device)
+        if op == "broadcast":
+            _fill(expected, self.pattern, self.op.root)
+        elif op == "sendrecv":
+            _fill(expected, self.pattern, (rank - 1) % world)
+        else:
+            # Part j is rank j's: its first part (all_gather), or its part for this rank (alltoall).
+            first = rank * count if op == "alltoall" else 0
+            for sender in range(world):
+                _fill(expected[sender * count:(sender + 1) * count], self.pattern, sender, first)
+        return recv[:expected.numel()], expected
 
 
 def run_rank(spec: SweepSpec, local_rank: int, report: _Reporter) -> None:
@@ -252,7 +338,7 @@ def _exit_with_launcher(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="One rank of a gpulse all-reduce sweep (started by the launcher).")
+    parser = argparse.ArgumentParser(description="One rank of a gpulse collective sweep (started by the launcher).")
     parser.add_argument("--spec", required=True, help="the resolved SweepSpec as JSON")
     parser.add_argument("--local-rank", type=int, required=True)
     parser.add_argument("--report-fd", type=int, required=True)

@@ -20,16 +20,14 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import orjson
-
 from gpulse import health, schema
+from gpulse.health import FindingKey
 from gpulse.status import DOWN
 
 log = logging.getLogger("gpulse.ingest")
 
-FindingKey = tuple[str, int | None, str]  # (check, gpu or None, status)
-
 SKEW = "version_skew"
+DIAGNOSTIC = "fabric"  # judged from the fabric diagnostics' findings (board["diagnostics"])
 # What version_skew compares within a group, as its reason names them; the node's versions are kept
 # in this order, then its group (system.group: a partition or node pool; None for the whole cluster).
 VERSION_LABELS = ("driver", "CUDA", "GPU model")
@@ -149,12 +147,7 @@ def read_record(raw: bytes) -> dict:
 
     Ingest writes it, but it lives in Redis, which any holder of the password can write.
     """
-    try:
-        record = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise schema.MalformedSample(f"not JSON: {exc}") from None
-    if type(record) is not dict:
-        raise schema.MalformedSample("not a JSON object")
+    record = schema.json_object(raw)
     if record.get("verdict") not in (*health.VERDICTS, health.NO_VERDICT):
         raise schema.MalformedSample("'verdict' is not a verdict")
     if record.get("since") is not None:
@@ -201,6 +194,8 @@ class NodeHealthBook:
         # Per group, per version: (value, nodes, of nodes), or None where no value has a majority.
         self.majority: dict[str | None, tuple] = {}
         self.changes: list[HealthChange] = []  # verdict changes the caller has not taken yet
+        # Node -> its findings from diagnostics run on the control host (an empty dict: it passed them).
+        self.diagnosed: Mapping[str, dict[FindingKey, str]] = {}
 
     def update(self, name: str, sample: dict) -> None:
         """Take the node's newest sample: note what changed for the next tick()."""
@@ -223,6 +218,14 @@ class NodeHealthBook:
             self._count(versions, 1)
             node.versions = versions
             self.dirty.add(name)
+
+    def diagnose(self, diagnosed: Mapping[str, dict[FindingKey, str]]) -> None:
+        """Take the diagnostics' findings of every node (replacing the last); the nodes whose
+        findings differ are judged at the next tick."""
+        for name in diagnosed.keys() | self.diagnosed.keys():
+            if diagnosed.get(name) != self.diagnosed.get(name) and name in self.nodes:
+                self.dirty.add(name)
+        self.diagnosed = diagnosed
 
     def track(self, name: str) -> NodeHealth:
         """Start a node with nothing known of its health: judged at the next tick."""
@@ -306,6 +309,10 @@ class NodeHealthBook:
         else:
             wanted = dict(node.reported)
             checked = node.reported_checked
+            diagnosed = self.diagnosed.get(name)
+            if diagnosed is not None:
+                checked = (*checked, DIAGNOSTIC)
+                wanted.update(diagnosed)
             if node.versions is not None:
                 checked = (*checked, SKEW)
                 reason = self.skew(node.versions)

@@ -1,9 +1,9 @@
-"""What an all-reduce sweep is, without torch: its parameters (SweepSpec, with
-their validation), the message sizes, the rows it yields and nccl-tests'
-bandwidth formulas.
+"""What a collective sweep is, without torch: its parameters (SweepSpec, with
+their validation), the operations (OPS), the message sizes, the rows it
+yields and nccl-tests' bandwidth formulas.
 
 The web, the control worker and the node launcher import this module; only
-the rank runtime (workers/allreduce.py) loads torch.
+the rank runtime (workers/collective.py) loads torch.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-OP = "all_reduce"
-REDOP = "sum"
 BACKENDS = ("auto", "nccl", "gloo")
 MiB = 1 << 20
 
@@ -33,6 +32,44 @@ DTYPES = {
 }
 
 
+class Collective(NamedTuple):
+    """One operation as the nccl-tests binary that measures it (src/<op>.cu there) prints and counts it."""
+
+    program: str  # the nccl-tests binary whose output a sweep mirrors
+    redop: str  # its "redop" column: "sum", or "none" where nothing is reduced
+    root: int  # its "root" column: the root rank, -1 for an operation without one
+    bus_factor: Callable[[int], float]  # busbw = algbw × this, of the world size
+    split: bool  # a message is n equal per-rank parts (the "count" column is one part), as in nccl-tests
+    in_place: bool  # torch.distributed can run it with the output over the input
+
+
+def _ring(world: int) -> float:
+    # A ring all-reduce moves 2(n−1)/n of the buffer through every rank's link.
+    return 2 * (world - 1) / world
+
+
+def _all_but_own(world: int) -> float:
+    # Each rank sends or receives every part but its own: (n−1)/n of the message.
+    return (world - 1) / world
+
+
+def _whole(world: int) -> float:
+    # The whole message crosses each link on its way (a pipelined broadcast or reduce, a send to a peer).
+    return 1.0
+
+
+OPS = {
+    "all_reduce": Collective("all_reduce_perf", "sum", -1, _ring, split=False, in_place=True),
+    "all_gather": Collective("all_gather_perf", "none", -1, _all_but_own, split=True, in_place=True),
+    "reduce_scatter": Collective("reduce_scatter_perf", "sum", -1, _all_but_own, split=True, in_place=True),
+    "alltoall": Collective("alltoall_perf", "none", -1, _all_but_own, split=True, in_place=False),
+    "broadcast": Collective("broadcast_perf", "none", 0, _whole, split=False, in_place=True),
+    "reduce": Collective("reduce_perf", "sum", 0, _whole, split=False, in_place=True),
+    "sendrecv": Collective("sendrecv_perf", "sum", -1, _whole, split=False, in_place=False),
+}
+DEFAULT_OP = "all_reduce"
+
+
 class SpecError(ValueError):
     """A sweep parameter a person must correct; the message says how."""
 
@@ -45,7 +82,7 @@ MAX_FACTOR = 16
 MAX_WARMUP = 1000
 MAX_ITERS = 10_000
 MIN_TIMEOUT_S = 10
-# The job's limit ends before Celery's hard limit (workers/celery_app.py) kills its tasks.
+# The job's limit ends before Celery's hard limit (gpulse/queues.py) kills its tasks.
 MAX_TIMEOUT_S = 1500
 # GPULSE_BENCHMARK_MAX_BYTES's default: every rank holds buffers of the largest size.
 DEFAULT_MAX_BYTES = 8 << 30
@@ -98,7 +135,7 @@ def format_size(size: int) -> str:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """One node's share of an all-reduce job; invalid values raise SpecError."""
+    """One node's share of a collective job; invalid values raise SpecError."""
 
     backend: str = "auto"  # auto = nccl where CUDA is available, else gloo
     dtype: str = "float32"
@@ -117,11 +154,11 @@ class SweepSpec:
     # Diagnostic of the checker itself: this global rank adds 1 to one element
     # of its input before every correctness check, so #wrong must come out > 0.
     corrupt_rank: int | None = None
-    op: str = OP
+    op: str = DEFAULT_OP
 
     def __post_init__(self):
-        if self.op != OP:
-            raise SpecError(f"unknown operation {self.op!r}: only {OP} is supported")
+        if self.op not in OPS:
+            raise SpecError(f"unknown operation {str(self.op)[:40]!r}: use one of {', '.join(OPS)}")
         if self.backend not in BACKENDS:
             raise SpecError(f"unknown backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
         if self.dtype not in DTYPES:
@@ -144,6 +181,23 @@ class SweepSpec:
         _require(self.corrupt_rank is None or self.ranks_per_node is None
                  or 0 <= self.corrupt_rank < self.world_size,
                  f"corrupt rank {self.corrupt_rank} is not a rank of this job")
+
+    @property
+    def collective(self) -> Collective:
+        return OPS[self.op]
+
+    def sizes(self) -> list[tuple[int, int]]:
+        """Return the sweep's (size in bytes, count) pairs, as nccl-tests prints them (op_sizes); raise
+        SpecError where the operation cannot run over world_size ranks: a sendrecv of one rank (gloo has no
+        pair to itself), or no message large enough to give every rank a part."""
+        _require(self.op != "sendrecv" or self.world_size > 1,
+                 "sendrecv sends each rank's message to the next rank: it needs at least 2 ranks")
+        pairs = op_sizes(self.op, self.min_bytes, self.max_bytes, self.factor, DTYPES[self.dtype].itemsize,
+                         self.world_size)
+        _require(bool(pairs), f"{self.op} splits a message among its {self.world_size} ranks: max bytes"
+                              f" {format_size(self.max_bytes)} leaves no rank a part of {PART_ALIGN} bytes;"
+                              f" use at least {format_size(PART_ALIGN * self.world_size)}")
+        return pairs
 
     @property
     def world_size(self) -> int:
@@ -228,19 +282,44 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: int, itemsize: int) -> l
     return sizes
 
 
+# nccl-tests rounds a rank's part of a split message down to 16 bytes (its GetCollByteCount).
+PART_ALIGN = 16
+
+
+def op_sizes(op: str, min_bytes: int, max_bytes: int, factor: int, itemsize: int, world: int) -> list[tuple[int, int]]:
+    """Return the (size, count) of each message of a sweep of ``op`` over ``world`` ranks.
+
+    As nccl-tests: size is the larger buffer in bytes; count is the elements of
+    one rank's part where the operation splits the message into per-rank parts
+    (all_gather, reduce_scatter, alltoall; each part rounded down to 16 bytes,
+    and a size too small for every rank to have one left out), else the
+    message's elements.
+    """
+    if not OPS[op].split:
+        return [(size, size // itemsize) for size in sweep_sizes(min_bytes, max_bytes, factor, itemsize)]
+    align = max(1, PART_ALIGN // itemsize)
+    pairs: list[tuple[int, int]] = []
+    for size in sweep_sizes(min_bytes, max_bytes, factor, itemsize):
+        part = size // itemsize // world // align * align
+        if part and (not pairs or pairs[-1][1] != part):
+            pairs.append((part * world * itemsize, part))
+    return pairs
+
+
 def algbw(size_bytes: int, seconds: float) -> float:
-    """Return the algorithm bandwidth in GB/s (1e9 bytes/s), as nccl-tests."""
+    """Return the algorithm bandwidth in GB/s (1e9 bytes/s), as nccl-tests: the message's size over the time."""
     return size_bytes / seconds / 1e9
 
 
-def busbw(algbw_gbs: float, world_size: int) -> float:
-    """Return the bus bandwidth of an all-reduce: what each link carried.
+def busbw(op: str, algbw_gbs: float, world_size: int) -> float:
+    """Return the bus bandwidth of ``op``: what each link carried, nccl-tests' busBw.
 
-    A ring all-reduce moves 2(n−1)/n of the buffer through every rank's link,
-    so this compares with the hardware's link speed whatever n is; one rank
-    moves nothing, hence 0 (nccl-tests prints the same).
+    algbw times the operation's factor (OPS), so it compares with the
+    hardware's link speed whatever n is; one rank moves nothing through a link
+    in an all-reduce, all_gather, reduce_scatter or alltoall, hence 0 (as
+    nccl-tests prints).
     """
-    return algbw_gbs * 2 * (world_size - 1) / world_size
+    return algbw_gbs * OPS[op].bus_factor(world_size)
 
 
 @dataclass(frozen=True)
@@ -259,3 +338,8 @@ class Row:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def avg_busbw(rows: list[Row]) -> float:
+    """Return the mean busbw over every measurement, in-place ones included (as nccl-tests)."""
+    return sum(row.busbw for row in rows) / len(rows) if rows else 0.0

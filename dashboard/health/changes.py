@@ -10,8 +10,8 @@ import logging
 
 from django.db import transaction
 
-from dashboard.live.models import HealthChange as HealthChangeRow
-from dashboard.live.node_health import HealthChange
+from dashboard.health.models import HealthChange as HealthChangeRow
+from dashboard.health.node_health import HealthChange
 
 log = logging.getLogger("gpulse.ingest")
 
