@@ -27,6 +27,8 @@ SCHEDULER_QUEUE = "scheduler"
 
 # A node's ranks of a benchmark job (workers/node_tasks.py); the control host sends it by name.
 RUN_NODE_TASK = "gpulse.benchmarks.run_node"
+# A node's share of a GPU check run (workers/gpu_check_task.py, gpulse/gpu_check_report.py).
+GPU_CHECKS_TASK = "gpulse.benchmarks.gpu_checks"
 
 
 def node_queue(node: str) -> str:
@@ -47,12 +49,17 @@ SIMULATED_NODES_VARIABLE = "GPULSE_SIMULATED_NODES"
 SIMULATED_EXCEPT_VARIABLE = "GPULSE_SIMULATED_EXCEPT"
 
 
+def is_simulated(node: str) -> bool:
+    """Whether ``node`` is one of the demo's simulated nodes (with a worker of its own or not)."""
+    simulated = os.environ.get(SIMULATED_NODES_VARIABLE, "")
+    return bool(simulated) and node.startswith(simulated)
+
+
 def node_broker(node: str) -> str:
     """The broker name whose key space holds ``node``'s queue: the node's own name,
     or SIMULATED_BROKER for a simulated node of the demo."""
-    simulated = os.environ.get(SIMULATED_NODES_VARIABLE, "")
     own_worker = os.environ.get(SIMULATED_EXCEPT_VARIABLE, "").split(",")
-    return SIMULATED_BROKER if simulated and node.startswith(simulated) and node not in own_worker else node
+    return SIMULATED_BROKER if is_simulated(node) and node not in own_worker else node
 
 
 # Seconds a reserved, unacknowledged task stays invisible to other workers.

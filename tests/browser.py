@@ -189,6 +189,26 @@ def finished_sweep(stack, slow: str | None, busbw: float) -> int:
     return int(stack.manage("shell", "-c", create).splitlines()[-1])
 
 
+def finished_gpu_check(stack) -> int:
+    """A finished GPU check run as the reaper records one: sim-02 unhealthy (a link at x8, a matmul below its
+    floor), sim-03 could not be checked."""
+    tests = [{"name": "memory_bandwidth", "gpu": 0, "value": 3891.2, "unit": "GB/s", "verdict": "pass",
+              "reason": "3891.2 GB/s, 81 % of the H100 SXM's 4800 GB/s"},
+             {"name": "matmul_bf16", "gpu": 0, "value": 301.5, "unit": "TFLOPS", "verdict": "fail",
+              "reason": "301.5 TFLOPS, 30 % of the H100 SXM's 989.4 TFLOPS dense bf16 peak, below its 50 % floor"}]
+    findings = [{"check": "pcie_link", "gpu": 0, "status": "fail", "reason": "x8 of x16 lanes, Gen5 of Gen5"},
+                {"check": "matmul_bf16", "gpu": 0, "status": "fail", "reason": tests[1]["reason"]}]
+    results = {"sim-02": {"status": "succeeded", "reason": "",
+                          "report": {"exit": 1, "gpus": 8, "seconds": 14.2, "findings": findings, "tests": tests}},
+               "sim-03": {"status": "failed", "report": None,
+                          "reason": "gpulse healthcheck could not check: NVML: cannot load libnvidia-ml.so.1"}}
+    create = ("import json; from django.utils import timezone; from dashboard.benchmarks.models import GpuCheckRun;"
+              " print(GpuCheckRun.objects.create(nodes=['sim-02', 'sim-03'], status='failed',"
+              " reason='sim-03: gpulse healthcheck could not check', started=timezone.now(),"
+              f" finished=timezone.now(), results=json.loads({json.dumps(json.dumps(results))})).pk)")
+    return int(stack.manage("shell", "-c", create).splitlines()[-1])
+
+
 @contextmanager
 def passed_afterwards(running_system, timeout: float = 60.0) -> Iterator[None]:
     """Run the block (which records sweeps with a slow node), then a sweep every node passes, and wait until

@@ -54,4 +54,4 @@ def test_a_running_sweeps_page_loads_again_until_it_ends(admin_page, running_sys
     # The reload every 3 s brings the sweep's end, and an ended sweep's page stays put.
     page.wait_for_function("() => document.getElementById('sweep-status').textContent.trim() === 'cancelled'",
                            timeout=10_000)
-    assert page.locator("#sweep-active").count() == 0
+    assert page.locator("#run-active").count() == 0

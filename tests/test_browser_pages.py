@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.axe import axe_violations, describe
-from tests.browser import finished_sweep, launch_finished_job, log_in, passed_afterwards
+from tests.browser import finished_gpu_check, finished_sweep, launch_finished_job, log_in, passed_afterwards
 from tests.test_browser_usage import DRAWN_OR_EMPTY as USAGE_CHART_DRAWN_OR_EMPTY
 
 pytestmark = pytest.mark.browser
@@ -141,6 +141,7 @@ def page_paths(admin_context, running_system) -> Iterator[dict[str, str]]:
                 page.click("#webhook-form button[type=submit]")
             webhook = re.search(r"/alerts/webhooks/\d+/$", page.url).group(0)  # a new webhook opens on its page
             sweep = finished_sweep(running_system.stack, "sim-03", 1.5)
+            gpu_check = finished_gpu_check(running_system.stack)
             # The receiver's name does not resolve: its delivery is retried, and the page says so.
             deadline = time.monotonic() + 60
             while not page.goto(f"{base}/alerts/").text().count('class="outcome-retry">pages-test receiver'):
@@ -159,6 +160,8 @@ def page_paths(admin_context, running_system) -> Iterator[dict[str, str]]:
             "compare": "/benchmarks/compare/",
             "sweeps": "/benchmarks/fabric/",
             "sweep": f"/benchmarks/fabric/{sweep}/",
+            "gpu_checks": "/benchmarks/gpu-checks/",
+            "gpu_check": f"/benchmarks/gpu-checks/{gpu_check}/",
             "reliability": "/reliability/",
             "alerts": "/alerts/",
             "rules": "/alerts/rules/",

@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the per-GPU test results to PATH (replaced whole, readable by all) for the collector's "
         "--gpu-test-record, so the dashboard shows a failed GPU test until a later run passes",
     )
+    parser.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="read no GPU: run only the CPU counterparts of the per-GPU tests (a copy's bandwidth, an fp32 "
+        "matmul), measured and not judged; what a GPU check of a simulated node runs",
+    )
     parser.add_argument("--strict", action="store_true", help="a warning fails too (exit 1)")
     parser.add_argument(
         "--json",
@@ -164,18 +170,33 @@ def not_tested(gpu: dict, out_of_time: bool) -> str | None:
     return None
 
 
+def cpu_counterparts(quick: bool) -> list[dict]:
+    """The per-GPU tests' CPU counterparts (workers.gpu_checks.check_cpu), as dicts: verdict unknown."""
+    from workers import gpu_checks
+
+    return [dataclasses.asdict(result) for result in gpu_checks.check_cpu(gpu_checks.QUICK if quick else
+                                                                            gpu_checks.FULL)]
+
+
 def check(args: argparse.Namespace) -> tuple[int, dict]:
     """Return the exit status and the report; raise SourceUnavailable when NVML cannot be read."""
     started = time.monotonic()
-    sample = read_node(args)
+    sample: dict
+    if args.cpu_only:
+        sample = {"node": socket.gethostname(), "gpus": [], "health": {"findings": [], "checked": []}}
+    else:
+        sample = read_node(args)
     findings = sample["health"]["findings"] + unread_gpus(sample)
-    tests = [] if args.skip_gpu_tests else gpu_tests(sample, args.quick, started + QUICK_BUDGET)
+    if args.cpu_only:
+        tests = cpu_counterparts(args.quick)
+    else:
+        tests = [] if args.skip_gpu_tests else gpu_tests(sample, args.quick, started + QUICK_BUDGET)
     findings += [
         {"check": test["name"], "gpu": test["gpu"], "status": test["verdict"], "reason": test["reason"]}
         for test in tests
         if test["verdict"] != PASS
     ]
-    if args.record is not None and not args.skip_gpu_tests:
+    if args.record is not None and not args.skip_gpu_tests and not args.cpu_only:
         try:
             write_record(args.record, tests)
         except OSError as exc:  # the node's verdict still stands: only the dashboard misses it

@@ -15,7 +15,7 @@ from celery.signals import celeryd_init, worker_ready, worker_shutdown
 
 from gpulse.celery_contract import node_broker, node_queue, node_transport_options
 from gpulse.node_redis import node_redis_client
-from workers import node_tasks  # noqa: F401  (registers the tasks)
+from workers import gpu_check_task, node_tasks  # noqa: F401  (registers the tasks)
 from workers.celery_app import app
 from workers.heartbeat import Heartbeat
 

@@ -8,7 +8,6 @@ of benchmarks.cancel_any_benchmark.
 
 import json
 from collections.abc import Callable
-from typing import TypeVar
 
 from django import forms
 from django.db.models import QuerySet
@@ -16,23 +15,14 @@ from django.http import JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from dashboard.accounts.audit import audit
-from dashboard.benchmarks.launch import LaunchForm, Refusal, cancel, launch
-from dashboard.benchmarks.models import (
-    CANCEL_ANY_PERMISSION,
-    LAUNCH_PERMISSION,
-    BenchmarkJob,
-    FabricSweep,
-    Run,
-)
-from dashboard.benchmarks.sweeps import FabricSweepForm, cancel_sweep, launch_sweep
+from dashboard.benchmarks.cancelling import JOBS, SWEEPS, AnyRun, Cancelling
+from dashboard.benchmarks.launch import Refusal
+from dashboard.benchmarks.launching import JOB_LAUNCH, SWEEP_LAUNCH, Launching
+from dashboard.benchmarks.models import LAUNCH_PERMISSION, BenchmarkJob, FabricSweep, Run
 from gpulse.sweep_spec import OPS
 
 # The newest jobs the list shows: the page and its refresh show the same ones.
 LIST_ROWS = 100
-
-AnyForm = TypeVar("AnyForm", bound=forms.Form)
-AnyRun = TypeVar("AnyRun", bound=Run)
 
 
 def run_times(run: Run) -> dict:
@@ -69,50 +59,11 @@ def job_json(job: BenchmarkJob) -> dict:
     }
 
 
-def cancel_refused(what: str) -> str:
-    """Why this user may not cancel ``what`` ("job 12", "fabric sweep 3")."""
-    return f"only its launcher or a holder of {CANCEL_ANY_PERMISSION} can cancel {what}"
-
-
 def refusal_response(refusal: Refusal) -> JsonResponse:
     response = JsonResponse({"error": refusal.message}, status=refusal.status)
     if refusal.retry_after is not None:
         response["Retry-After"] = str(refusal.retry_after)
     return response
-
-
-@require_http_methods(["GET", "POST"])
-def job_list(request):
-    if request.method == "GET":
-        jobs = BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS]
-        return JsonResponse({"jobs": [job_json(j) for j in jobs]})
-    form = launch_form(request, LaunchForm, "benchmarks")
-    if isinstance(form, JsonResponse):
-        return form
-    outcome = launch(request.user, form.cleaned_data)
-    if isinstance(outcome, Refusal):
-        return refusal_response(outcome)
-    audit(request, "benchmark.launch", f"job {outcome.pk}", nodes=outcome.nodes, held=form.held)
-    return accepted(outcome, "benchmarks-api:detail")
-
-
-@require_GET
-def job_detail(request, pk):
-    return detail(BenchmarkJob.objects.filter(pk=pk), job_json, f"no benchmark job {pk}")
-
-
-@require_POST
-def job_cancel(request, pk):
-    job = BenchmarkJob.objects.filter(pk=pk).first()
-    if job is None:
-        return JsonResponse({"error": f"no benchmark job {pk}"}, status=404)
-    if not job.may_be_cancelled_by(request.user):
-        return JsonResponse({"error": cancel_refused(f"job {job.pk}")}, status=403)
-    cancelled = cancel(job)
-    if cancelled:
-        audit(request, "benchmark.cancel", f"job {job.pk}")
-    job.refresh_from_db()
-    return JsonResponse(job_json(job), status=200 if cancelled else 409)
 
 
 def sweep_json(sweep: FabricSweep, with_jobs: bool = True) -> dict:
@@ -163,14 +114,14 @@ def form_errors(form) -> JsonResponse:
     return JsonResponse({"error": "invalid request", "fields": errors}, status=400)
 
 
-def launch_form(request, form_class: type[AnyForm], launching: str) -> AnyForm | JsonResponse:
+def launch_form(request, launching: Launching) -> forms.Form | JsonResponse:
     """The launch request's valid form, or the response refusing it: no permission, no JSON object, invalid fields."""
     if not request.user.has_perm(LAUNCH_PERMISSION):
-        return JsonResponse({"error": f"launching {launching} needs the launch_benchmark permission"}, status=403)
-    payload, problem = form_payload(request, form_class)
+        return JsonResponse({"error": launching.refused()}, status=403)
+    payload, problem = form_payload(request, launching.form)
     if problem:
         return problem
-    form = form_class(payload)
+    form = launching.form(payload)
     if not form.is_valid():
         return form_errors(form)
     return form
@@ -184,33 +135,55 @@ def detail(found: QuerySet[AnyRun], as_json: Callable[[AnyRun], dict], missing: 
     return JsonResponse(as_json(run))
 
 
-@require_http_methods(["GET", "POST"])
-def sweep_list(request):
-    if request.method == "GET":
-        sweeps = FabricSweep.objects.select_related("created_by")[:LIST_ROWS]
-        return JsonResponse({"sweeps": [sweep_json(s, with_jobs=False) for s in sweeps]})
-    form = launch_form(request, FabricSweepForm, "a fabric sweep")
-    if isinstance(form, JsonResponse):
-        return form
-    sweep = launch_sweep(request.user, form.cleaned_data)
-    audit(request, "fabric_sweep.launch", f"sweep {sweep.pk}", nodes=sweep.nodes, held=form.held)
-    return accepted(sweep, "benchmarks-api:sweep")
+def cancelled(request, cancelling: Cancelling[AnyRun], pk: int, as_json: Callable[[AnyRun], dict],
+              missing: str) -> JsonResponse:
+    """Cancel run ``pk`` for the request's user: the run as JSON, 200 where it was still going, 409 where it had
+    ended; 404 saying ``missing`` where there is none, 403 saying who may where this user may not."""
+    run = cancelling.model.objects.filter(pk=pk).first()
+    if run is None:
+        return JsonResponse({"error": missing}, status=404)
+    if not run.may_be_cancelled_by(request.user):
+        return JsonResponse({"error": cancelling.refused(pk)}, status=403)
+    was_going = cancelling.cancel_for(request, run)
+    run.refresh_from_db()
+    return JsonResponse(as_json(run), status=200 if was_going else 409)
 
 
-@require_GET
-def sweep_detail(request, pk):
-    return detail(FabricSweep.objects.filter(pk=pk), sweep_json, f"no fabric sweep {pk}")
+def list_endpoint(launching: Launching, as_json: Callable, key: str):
+    """The list endpoint of a kind of run: GET the newest LIST_ROWS under ``key``, POST launch one (202 with
+    where to follow it)."""
+
+    @require_http_methods(["GET", "POST"])
+    def run_list(request):
+        if request.method == "GET":
+            runs = launching.model.objects.select_related("created_by")[:LIST_ROWS]
+            return JsonResponse({key: [as_json(run) for run in runs]})
+        form = launch_form(request, launching)
+        if isinstance(form, JsonResponse):
+            return form
+        outcome = launching.start_for(request, form)
+        if isinstance(outcome, Refusal):
+            return refusal_response(outcome)
+        return accepted(outcome, launching.api)
+
+    return run_list
 
 
-@require_POST
-def sweep_cancel(request, pk):
-    sweep = FabricSweep.objects.filter(pk=pk).first()
-    if sweep is None:
-        return JsonResponse({"error": f"no fabric sweep {pk}"}, status=404)
-    if not sweep.may_be_cancelled_by(request.user):
-        return JsonResponse({"error": cancel_refused(f"fabric sweep {pk}")}, status=403)
-    cancelled = cancel_sweep(sweep, request.user.get_username())
-    if cancelled:
-        audit(request, "fabric_sweep.cancel", f"sweep {pk}")
-    sweep.refresh_from_db()
-    return JsonResponse(sweep_json(sweep), status=200 if cancelled else 409)
+def run_endpoints(cancelling: Cancelling[AnyRun], as_json: Callable[[AnyRun], dict], name: str):
+    """The one-run endpoints of a kind of run: GET its JSON, POST cancel it; a 404 says "no <name> <pk>"."""
+
+    @require_GET
+    def run_detail(request, pk):
+        return detail(cancelling.model.objects.filter(pk=pk), as_json, f"no {name} {pk}")
+
+    @require_POST
+    def run_cancel(request, pk):
+        return cancelled(request, cancelling, pk, as_json, f"no {name} {pk}")
+
+    return run_detail, run_cancel
+
+
+job_list = list_endpoint(JOB_LAUNCH, job_json, "jobs")
+job_detail, job_cancel = run_endpoints(JOBS, job_json, "benchmark job")
+sweep_list = list_endpoint(SWEEP_LAUNCH, lambda sweep: sweep_json(sweep, with_jobs=False), "sweeps")
+sweep_detail, sweep_cancel = run_endpoints(SWEEPS, sweep_json, "fabric sweep")

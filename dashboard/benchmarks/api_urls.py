@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from dashboard.benchmarks import api
+from dashboard.benchmarks import api, gpu_check_views
 
 app_name = "benchmarks-api"
 urlpatterns = [
@@ -12,4 +12,7 @@ urlpatterns = [
     path("fabric-sweeps", api.sweep_list, name="sweeps"),
     path("fabric-sweeps/<int:pk>", api.sweep_detail, name="sweep"),
     path("fabric-sweeps/<int:pk>/cancel", api.sweep_cancel, name="sweep-cancel"),
+    path("gpu-checks", gpu_check_views.api_run_list, name="gpu-checks"),
+    path("gpu-checks/<int:pk>", gpu_check_views.api_run_detail, name="gpu-check"),
+    path("gpu-checks/<int:pk>/cancel", gpu_check_views.api_run_cancel, name="gpu-check-cancel"),
 ]

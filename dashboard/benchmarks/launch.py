@@ -6,16 +6,17 @@ from dataclasses import dataclass
 from django import forms
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from dashboard.benchmarks.holders import held_nodes, holders
-from dashboard.benchmarks.models import BenchmarkJob
+from dashboard.benchmarks.models import BenchmarkJob, GpuCheckRun
 from dashboard.benchmarks.tasks import finish, start_job
 from dashboard.live.cluster import read_cluster
 from dashboard.redis_client import redis_client
 from gpulse.heartbeat import TTL_S as HEARTBEAT_TTL_S
 from gpulse.heartbeat import workerless
-from gpulse.job_status import JobStatus
+from gpulse.job_status import ACTIVE, JobStatus
 from gpulse.keys import Keys
 from gpulse.status import DOWN
 from gpulse.sweep_spec import (
@@ -158,9 +159,11 @@ class NodeChoice:
     held_by: list[str]  # who holds its GPUs now, most GPUs first (holders.holders()); empty when nobody does
 
 
-def busy_nodes() -> dict[str, int]:
-    """Return each node that a queued or running job holds, with that job's id."""
-    return {node: job.pk for job in BenchmarkJob.objects.active() for node in job.nodes}
+def busy_nodes() -> dict[str, str]:
+    """Return each node that a queued or running job or GPU check run holds, with which ("job 12")."""
+    busy = {node: f"GPU check run {run.pk}" for run in GpuCheckRun.objects.filter(status__in=ACTIVE)
+            for node in run.nodes}
+    return {**busy, **{node: f"job {job.pk}" for job in BenchmarkJob.objects.active() for node in job.nodes}}
 
 
 def node_picker(form: LaunchForm) -> list[NodeChoice]:
@@ -177,7 +180,7 @@ def node_picker(form: LaunchForm) -> list[NodeChoice]:
     wanted = [name for name in form["nodes"].value() or [] if name in names]
 
     def choice(name: str) -> NodeChoice:
-        reason = f"running job {busy[name]}" if name in busy else "no worker" if name in absent else ""
+        reason = f"running {busy[name]}" if name in busy else "no worker" if name in absent else ""
         gpus = form.cluster[name]["gpus"]
         return NodeChoice(name, len(gpus), reason, name in wanted and not reason, holders(gpus))
 
@@ -198,6 +201,19 @@ def rate_limit() -> tuple[int, int]:
     return int(count), int(seconds)
 
 
+def rate_refusal(runs: QuerySet, user, what: str) -> Refusal | None:
+    """429 when ``user`` launched GPULSE_BENCHMARK_RATE of ``runs`` (the jobs, or the GPU check runs) already;
+    None for a user under it, or for None (an operator's shell on the control host)."""
+    allowed, window = rate_limit()
+    now = timezone.now()
+    recent = runs.filter(created_by=user, created__gte=now - dt.timedelta(seconds=window))
+    if user is None or recent.count() < allowed:
+        return None
+    oldest = recent.order_by("created").first().created
+    wait = int((oldest + dt.timedelta(seconds=window) - now).total_seconds()) + 1
+    return Refusal(429, f"at most {allowed} {what} per {window} s per user; try again in {wait} s", wait)
+
+
 def launch(user, data: dict, rate_limited: bool = True) -> BenchmarkJob | Refusal:
     """Create and queue the job, or refuse: 409 when nodes are busy or have no
     benchmark worker, 429 past the rate.
@@ -206,17 +222,14 @@ def launch(user, data: dict, rate_limited: bool = True) -> BenchmarkJob | Refusa
     nor for ``rate_limited`` False, the pair jobs of a fabric sweep the user
     launched once (dashboard/benchmarks/sweeps.py).
     """
-    allowed, window = rate_limit()
-    now = timezone.now()
     with transaction.atomic():
-        recent = BenchmarkJob.objects.filter(created_by=user, created__gte=now - dt.timedelta(seconds=window))
-        if user is not None and rate_limited and recent.count() >= allowed:
-            oldest = recent.order_by("created").first().created
-            wait = int((oldest + dt.timedelta(seconds=window) - now).total_seconds()) + 1
-            return Refusal(429, f"at most {allowed} benchmarks per {window} s per user; try again in {wait} s", wait)
+        refused = rate_refusal(BenchmarkJob.objects.all(), user, "benchmarks") if rate_limited else None
+        if refused is not None:
+            return refused
         busy = sorted(busy_nodes().keys() & set(data["nodes"]))
         if busy:
-            return Refusal(409, f"{', '.join(busy)} already run a benchmark; wait for it to finish or cancel it",
+            return Refusal(409, f"{', '.join(busy)} already run a benchmark or GPU checks; wait for it to finish or "
+                                f"cancel it",
                            field="nodes")
         # Its task would wait in a queue nobody reads until the job's time limit.
         absent = workerless(redis_client(), Keys(), data["nodes"])

@@ -2,6 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Count, Q
 
+from gpulse.gpu_check_report import run_key, timeout_s
 from gpulse.job_status import ACTIVE, JobStatus
 from gpulse.sweep_spec import DEFAULT_OP, OPS, SpecError, SweepSpec
 
@@ -185,3 +186,29 @@ class FabricSweep(Run):
 
     def __str__(self):
         return f"fabric sweep {self.pk} {self.status} over {len(self.nodes)} nodes"
+
+
+class GpuCheckRun(Run):
+    """`python -m workers.healthcheck` run once on each of ``nodes`` by its node worker, launched from the
+    pages or the API (dashboard/benchmarks/gpu_check_runs.py; the contract: gpulse/gpu_check_report.py).
+    It succeeds when every node was judged, healthy or not; ``results`` says how each was."""
+
+    status = status_field(JobStatus.QUEUED)
+    reason = models.TextField(blank=True)
+    nodes = models.JSONField(help_text="node names, as chosen")
+    quick = models.BooleanField(default=True, help_text="the healthcheck's --quick: under 30 s a node")
+    results = models.JSONField(default=dict, help_text="node -> {status, reason, report}, as each node reported")
+
+    class Meta:
+        ordering = ["-created"]
+
+    @property
+    def key(self) -> str:
+        return run_key(self.pk)
+
+    @property
+    def timeout_seconds(self) -> int:
+        return timeout_s(self.quick)
+
+    def __str__(self):
+        return f"GPU check run {self.pk} {self.status} on {','.join(self.nodes)}"

@@ -6,7 +6,8 @@ from those streams (all nodes reported: recorded; a failure: failed; past the
 deadline: timed out, naming the silent nodes; a node whose worker died:
 failed), within about a second of its last report. A pass costs one indexed
 query for the running jobs and one Redis round trip per running job
-(dashboard/benchmarks/tasks.py settle), and one query for the running fabric
+(dashboard/benchmarks/tasks.py settle), the same for the running GPU check runs
+(dashboard/benchmarks/gpu_check_runs.py), and one query for the running fabric
 sweeps (each moved on by dashboard/benchmarks/sweeps.py advance), nothing when
 none runs.
 
@@ -19,7 +20,8 @@ holds no pool slot, and it runs while any control worker does.
 
 import logging
 
-from dashboard.benchmarks.models import BenchmarkJob, FabricSweep
+from dashboard.benchmarks.gpu_check_runs import settle_gpu_checks
+from dashboard.benchmarks.models import BenchmarkJob, FabricSweep, GpuCheckRun
 from dashboard.benchmarks.sweeps import advance
 from dashboard.benchmarks.tasks import settle
 from dashboard.periodic import PeriodicPass
@@ -32,12 +34,18 @@ INTERVAL_S = 1
 
 
 def reap() -> None:
-    """Settle every running job once, then move every running fabric sweep on (sweeps.advance)."""
+    """Settle every running job and GPU check run once, then move every running fabric sweep on
+    (sweeps.advance)."""
     for job in BenchmarkJob.objects.filter(status=JobStatus.RUNNING):
         try:
             settle(job)
         except Exception:  # one bad job must not stop the others being reaped
             log.exception("benchmark job %s could not be settled", job.pk)
+    for run in GpuCheckRun.objects.filter(status=JobStatus.RUNNING):
+        try:
+            settle_gpu_checks(run)
+        except Exception:
+            log.exception("GPU check run %s could not be settled", run.pk)
     for sweep in FabricSweep.objects.filter(status=JobStatus.RUNNING):
         try:
             advance(sweep)

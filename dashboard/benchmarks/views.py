@@ -1,17 +1,17 @@
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from dashboard.accounts.audit import audit
-from dashboard.benchmarks.api import LIST_ROWS, cancel_refused, job_json
-from dashboard.benchmarks.launch import LaunchForm, cancel, launch, node_picker
+from dashboard.benchmarks.api import LIST_ROWS, job_json
+from dashboard.benchmarks.cancelling import JOBS, SWEEPS, Cancelling
+from dashboard.benchmarks.launch import LaunchForm, Refusal, node_picker
+from dashboard.benchmarks.launching import JOB_LAUNCH, SWEEP_LAUNCH, Launching
 from dashboard.benchmarks.models import LAUNCH_PERMISSION, BenchmarkJob, FabricSweep
 from dashboard.benchmarks.sweeps import (
     BANDS,
     FabricSweepForm,
-    cancel_sweep,
-    launch_sweep,
     link_table,
     matrix_rows,
     previous_of,
@@ -27,6 +27,23 @@ def picker_context(form) -> dict:
     return {"form": form, "picker": picker, "held_in_picker": any(choice.held_by for choice in picker or [])}
 
 
+def launch_page(request, launching: Launching, form, template: str, context: dict) -> HttpResponse:
+    """A list of runs with its launch form (None exactly when the user may not launch). A POST launches one
+    and goes to its page, or shows the form again with why not."""
+    status = 200
+    if request.method == "POST":
+        if form is None:
+            raise PermissionDenied(launching.refused())
+        if not form.is_valid():
+            status = 400
+        elif isinstance(outcome := launching.start_for(request, form), Refusal):
+            form.add_error(outcome.field, outcome.message)
+            status = outcome.status
+        else:
+            return redirect(launching.page, pk=outcome.pk)
+    return render(request, template, {**picker_context(form), **context}, status=status)
+
+
 @require_http_methods(["GET", "POST"])
 def job_list(request):
     can_launch = request.user.has_perm(LAUNCH_PERMISSION)
@@ -35,25 +52,10 @@ def job_list(request):
     rerun = BenchmarkJob.objects.filter(pk=again).first() if again.isdigit() else None
     initial = LaunchForm.initial_from(rerun) if rerun else None
     form = LaunchForm(request.POST or None, initial=initial) if can_launch else None
-    status = 200
-    if request.method == "POST":
-        if form is None:  # None exactly when the user may not launch
-            raise PermissionDenied("launching benchmarks needs the launch_benchmark permission")
-        if form.is_valid():
-            outcome = launch(request.user, form.cleaned_data)
-            if isinstance(outcome, BenchmarkJob):
-                audit(request, "benchmark.launch", f"job {outcome.pk}", nodes=outcome.nodes, held=form.held)
-                return redirect("benchmarks:detail", pk=outcome.pk)
-            form.add_error(outcome.field, outcome.message)
-            status = outcome.status
-        else:
-            status = 400
-    context = {
-        **picker_context(form),
+    return launch_page(request, JOB_LAUNCH, form, "benchmarks/list.html", {
         "jobs": BenchmarkJob.objects.select_related("created_by")[:LIST_ROWS],
         "throughput": job_throughput(),
-    }
-    return render(request, "benchmarks/list.html", context, status=status)
+    })
 
 
 @require_GET
@@ -68,16 +70,19 @@ def job_detail(request, pk):
     return render(request, "benchmarks/detail.html", context)
 
 
+def cancel_from_page(request, cancelling: Cancelling, pk: int, page: str):
+    """Cancel run ``pk`` from its page (the route ``page``) and go back to it, saying so where it had already ended."""
+    run = get_object_or_404(cancelling.model, pk=pk)
+    if not run.may_be_cancelled_by(request.user):
+        raise PermissionDenied(cancelling.refused(pk))
+    if not cancelling.cancel_for(request, run):
+        messages.info(request, f"{cancelling.noun} {pk} had already ended")
+    return redirect(page, pk=pk)
+
+
 @require_POST
 def job_cancel(request, pk):
-    job = get_object_or_404(BenchmarkJob, pk=pk)
-    if not job.may_be_cancelled_by(request.user):
-        raise PermissionDenied(cancel_refused(f"job {job.pk}"))
-    if cancel(job):
-        audit(request, "benchmark.cancel", f"job {job.pk}")
-    else:
-        messages.info(request, f"job {job.pk} had already ended")
-    return redirect("benchmarks:detail", pk=pk)
+    return cancel_from_page(request, JOBS, pk, "benchmarks:detail")
 
 
 @require_GET
@@ -95,20 +100,8 @@ def job_compare(request):
 def sweep_list(request):
     can_launch = request.user.has_perm(LAUNCH_PERMISSION)
     form = FabricSweepForm(request.POST or None) if can_launch else None
-    status = 200
-    if request.method == "POST":
-        if form is None:
-            raise PermissionDenied("launching a fabric sweep needs the launch_benchmark permission")
-        if form.is_valid():
-            sweep = launch_sweep(request.user, form.cleaned_data)
-            audit(request, "fabric_sweep.launch", f"sweep {sweep.pk}", nodes=sweep.nodes, held=form.held)
-            return redirect("benchmarks:sweep", pk=sweep.pk)
-        status = 400
-    context = {
-        **picker_context(form),
-        "sweeps": FabricSweep.objects.select_related("created_by")[:LIST_ROWS],
-    }
-    return render(request, "benchmarks/sweeps.html", context, status=status)
+    return launch_page(request, SWEEP_LAUNCH, form, "benchmarks/sweeps.html",
+                       {"sweeps": FabricSweep.objects.select_related("created_by")[:LIST_ROWS]})
 
 
 @require_GET
@@ -125,11 +118,4 @@ def sweep_detail(request, pk):
 
 @require_POST
 def sweep_cancel(request, pk):
-    sweep = get_object_or_404(FabricSweep, pk=pk)
-    if not sweep.may_be_cancelled_by(request.user):
-        raise PermissionDenied(cancel_refused(f"fabric sweep {pk}"))
-    if cancel_sweep(sweep, request.user.get_username()):
-        audit(request, "fabric_sweep.cancel", f"sweep {pk}")
-    else:
-        messages.info(request, f"fabric sweep {pk} had already ended")
-    return redirect("benchmarks:sweep", pk=pk)
+    return cancel_from_page(request, SWEEPS, pk, "benchmarks:sweep")
