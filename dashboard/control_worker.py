@@ -6,7 +6,8 @@ delivers webhooks, apart, so a slow receiver never delays a job, and
 `-Q scheduler` drains and resumes Slurm nodes (only where GPULSE_SLURM_DRAIN
 is on). All record through the models, hence Django first.
 Each worker process runs the benchmark reaper (dashboard/benchmarks/reaper.py)
-while it runs, and the scheduler worker the drain sweeper
+while it runs, the control worker the retention pass (dashboard/retention/runner.py:
+hourly rollups, old rows pruned), and the scheduler worker the drain sweeper
 (dashboard/scheduler/sweeper.py) and the planned-drain pass
 (dashboard/scheduler/planned.py).
 """
@@ -25,9 +26,10 @@ from django.conf import settings  # noqa: E402
 
 from dashboard.benchmarks.reaper import Reaper  # noqa: E402
 from dashboard.celery_app import app  # noqa: E402
+from dashboard.retention.runner import RetentionPass  # noqa: E402
 from dashboard.scheduler.planned import PlannedDrains  # noqa: E402
 from dashboard.scheduler.sweeper import Sweeper  # noqa: E402
-from gpulse.celery_contract import SCHEDULER_QUEUE  # noqa: E402
+from gpulse.celery_contract import CONTROL_QUEUE, SCHEDULER_QUEUE  # noqa: E402
 
 app.conf.broker_url = settings.REDIS_URL
 app.autodiscover_tasks(["dashboard.alerts", "dashboard.benchmarks", "dashboard.scheduler"], related_name="tasks")
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 _reaper = Reaper()
 _sweeper = Sweeper()
 _planned_drains = PlannedDrains()
+_retention = RetentionPass()
 
 
 def consumes(consumer, queue: str) -> bool:
@@ -48,6 +51,9 @@ def consumes(consumer, queue: str) -> bool:
 @worker_ready.connect
 def start_reaper(sender, **_) -> None:
     _reaper.start()
+    if consumes(sender, CONTROL_QUEUE):
+        _retention.start()
+        log.info("retention pass started: every %g s", _retention.interval_s)
     if settings.GPULSE_SLURM_DRAIN and consumes(sender, SCHEDULER_QUEUE):
         _sweeper.start()
         _planned_drains.start()
@@ -59,3 +65,4 @@ def stop_reaper(**_) -> None:
     _reaper.stop()
     _sweeper.stop()
     _planned_drains.stop()
+    _retention.stop()

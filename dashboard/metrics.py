@@ -46,7 +46,7 @@ from dashboard.live.health import read_heartbeat
 from dashboard.reliability.metrics import reliability_families
 from gpulse.health import VERDICT_LEVEL
 from gpulse.job_status import JobStatus
-from gpulse.schema import GPU_METRICS
+from gpulse.schema import ACTIVITY_METRICS, GPU_METRICS
 from gpulse.status import NODE_STATUSES, UP
 from gpulse.throttle import THROTTLE_REASONS
 from gpulse.usage import is_allocated, is_idle_allocated, owner
@@ -89,6 +89,9 @@ GPU_GAUGES = {
     "pcie_rx": ("gpulse_gpu_pcie_rx_bytes_per_second", _as_is, "bytes/s"),
     "nvlink_tx": ("gpulse_gpu_nvlink_tx_bytes_per_second", _as_is, "bytes/s"),
     "nvlink_rx": ("gpulse_gpu_nvlink_rx_bytes_per_second", _as_is, "bytes/s"),
+    # GPM and DCGM profiling activity, ratios already (gpulse_gpu_sm_active_ratio is dcgm-exporter's
+    # DCGM_FI_PROF_SM_ACTIVE); absent on a GPU without GPM, never 0.
+    **{metric.name: (f"gpulse_gpu_{metric.name}_ratio", _as_is, "ratio 0-1") for metric in ACTIVITY_METRICS},
 }
 # The volatile uncorrected ECC count only grows, until the driver reloads and
 # it starts again at 0: exactly a Prometheus counter's contract (a reset is a
@@ -97,7 +100,7 @@ GPU_GAUGES = {
 ECC_COUNTER = "gpulse_gpu_ecc_uncorrected_errors"
 # NVML's total energy since the driver loaded (mJ), exported in joules: a counter for the same reason.
 ENERGY_COUNTER = "gpulse_gpu_energy_joules"
-_DESCRIPTIONS = {metric.name: metric.description for metric in GPU_METRICS}
+_DESCRIPTIONS = {metric.name: metric.description for metric in (*GPU_METRICS, *ACTIVITY_METRICS)}
 OTHER_METRICS = (
     "gpulse_gpu_lost",
     "gpulse_gpu_allocated",

@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "dashboard.usage",
     "dashboard.simulator",
     "dashboard.reliability",
+    "dashboard.retention",
     "axes",
 ]
 
@@ -233,6 +234,7 @@ GPULSE_INGEST_STAGES = env_list("GPULSE_INGEST_STAGES", [
     "dashboard.health.stage.HealthStage",
     "dashboard.probes.stage.ProbeStage",
     "dashboard.usage.stage.IdleStage",
+    "dashboard.activity.stage.SmIdleStage",
     "dashboard.alerts.stage.AlertStage",
     "dashboard.reliability.stage.IncidentStage",
     "dashboard.benchmarks.stage.BenchmarkSummaryStage",
@@ -247,6 +249,24 @@ GPULSE_INCIDENT_MIN_DOWN = env_float("GPULSE_INCIDENT_MIN_DOWN", 120.0, minimum=
 GPULSE_NODE_FORGET_AFTER = env_float("GPULSE_NODE_FORGET_AFTER", 7 * 86400.0, minimum=60.0)
 # Seconds an ingest consumer with nothing pending may stay idle before it is removed from the group.
 GPULSE_INGEST_CONSUMER_FORGET_AFTER = env_float("GPULSE_INGEST_CONSUMER_FORGET_AFTER", 3600.0, minimum=60.0)
+
+# History retention (dashboard/retention/, docs/retention.md): every GPULSE_RETENTION_INTERVAL seconds each
+# control worker computes the hourly rollups from the minute ones and deletes, in batches, the rows older than
+# each table's retention, in days (0: kept for ever). Minute rows go only once their hour is computed.
+GPULSE_RETENTION_INTERVAL = env_float("GPULSE_RETENTION_INTERVAL", 300.0, minimum=1.0)
+GPULSE_RETAIN_MINUTES_DAYS = env_int("GPULSE_RETAIN_MINUTES_DAYS", 14, minimum=0)
+GPULSE_RETAIN_HOURS_DAYS = env_int("GPULSE_RETAIN_HOURS_DAYS", 400, minimum=0)
+# GpuUsage, the per-GPU minute usage nothing shows; UsageHour and ClusterUsage, which /usage/ reads over
+# ranges of up to 400 days (its tables and its chart).
+GPULSE_RETAIN_USAGE_MINUTES_DAYS = env_int("GPULSE_RETAIN_USAGE_MINUTES_DAYS", 14, minimum=0)
+GPULSE_RETAIN_USAGE_DAYS = env_int("GPULSE_RETAIN_USAGE_DAYS", 400, minimum=0)
+# Alert transitions and their notification groups (each alert's latest kept), webhook delivery attempts,
+# the audit log, health verdict changes, and watched reliability incidents (resolved) with their node-hours.
+GPULSE_RETAIN_ALERT_HISTORY_DAYS = env_int("GPULSE_RETAIN_ALERT_HISTORY_DAYS", 180, minimum=0)
+GPULSE_RETAIN_DELIVERY_ATTEMPTS_DAYS = env_int("GPULSE_RETAIN_DELIVERY_ATTEMPTS_DAYS", 30, minimum=0)
+GPULSE_RETAIN_AUDIT_DAYS = env_int("GPULSE_RETAIN_AUDIT_DAYS", 400, minimum=0)
+GPULSE_RETAIN_HEALTH_CHANGES_DAYS = env_int("GPULSE_RETAIN_HEALTH_CHANGES_DAYS", 90, minimum=0)
+GPULSE_RETAIN_INCIDENTS_DAYS = env_int("GPULSE_RETAIN_INCIDENTS_DAYS", 730, minimum=0)
 
 # Benchmarks: where ranks meet (default: the job's first node, by name), the
 # port range to pick from, and the launch rate per user ("count/seconds").

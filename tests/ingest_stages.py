@@ -1,10 +1,11 @@
 """The stages a test's own Ingest runs, and how a test reaches one.
 
 STAGES is what ingest judges from the samples alone (health, probes, idle
-allocations, incidents): a test's frames carry no alert flags and no
+allocations, kernels run with SMs idle, incidents): a test's frames carry no alert flags and no
 database counters unless it asks for them with ``with_alerts``.
 """
 
+from dashboard.activity.stage import SmIdleStage
 from dashboard.alerts.stage import AlertStage
 from dashboard.health.stage import HealthStage
 from dashboard.live.ingest import Ingest
@@ -12,12 +13,12 @@ from dashboard.probes.stage import ProbeStage
 from dashboard.reliability.stage import IncidentStage
 from dashboard.usage.stage import IdleStage
 
-STAGES = [HealthStage, ProbeStage, IdleStage, IncidentStage]
+STAGES = [HealthStage, ProbeStage, IdleStage, SmIdleStage, IncidentStage]
 
 
 def with_alerts(evaluator) -> list:
     """STAGES, and alert evaluation by ``evaluator`` where production runs it (before the incidents)."""
-    return [HealthStage, ProbeStage, IdleStage, lambda core: AlertStage(core, evaluator), IncidentStage]
+    return [HealthStage, ProbeStage, IdleStage, SmIdleStage, lambda core: AlertStage(core, evaluator), IncidentStage]
 
 
 def stage_of(ingest: Ingest, kind: type):

@@ -168,7 +168,8 @@ def test_the_node_page_charts_every_gpu_live(admin_page, running_system):
     assert first[0] == "0" and re.fullmatch(r"\d+", first[2]) and re.fullmatch(r"\d+\.\d / \d+\.\d", first[3])
     assert "not supported" in admin_page.text_content("#gpu-table tbody")  # SXM modules (sim-02: A100) report no fan
     assert admin_page.locator("#proc-table tbody tr").count() >= 1
-    assert admin_page.locator(".range-picker a").all_text_contents() == ["1 hour", "6 hours", "24 hours", "7 days"]
+    assert admin_page.locator(".range-picker a").all_text_contents() == [
+        "1 hour", "6 hours", "24 hours", "7 days", "30 days", "90 days"]
 
     before = admin_page.evaluate(LIVE_CHARTS)
     admin_page.wait_for_function(f"() => ({LIVE_CHARTS})()[0][0] >= {before[0][0] + 2}", timeout=10_000)
@@ -178,6 +179,13 @@ def test_the_node_page_charts_every_gpu_live(admin_page, running_system):
     assert admin_page.get_attribute(".range-picker a.active", "data-since") == "6h"
     admin_page.locator("#hist-util").scroll_into_view_if_needed()  # charts far off the screen wait (node.js)
     admin_page.wait_for_function("() => document.getElementById('hist-util').timeChart.view !== null")
+    assert admin_page.text_content("#history-resolution") == "minute rollups"
+
+    # Past 7 days the history is hourly rollups, which a system minutes old has none of yet.
+    admin_page.click(".range-picker a[data-since='30d']")
+    admin_page.wait_for_url("**/nodes/sim-02/?since=30d")
+    admin_page.wait_for_function("() => document.getElementById('history-resolution').textContent === 'hourly rollups'")
+    assert admin_page.text_content("#history-note").startswith("No hourly rollups in this range yet")
 
 
 def each_in_a_frame_of_its_own(drawings):

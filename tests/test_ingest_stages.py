@@ -7,6 +7,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from collectors.probe import publish_probe
+from dashboard.activity.stage import SmIdleStage
 from dashboard.alerts.stage import AlertStage
 from dashboard.benchmarks.diagnostics_stage import FabricDiagnosticsStage
 from dashboard.benchmarks.stage import BenchmarkSummaryStage
@@ -33,7 +34,8 @@ def one_tick(redis_client, ingest, node="n1"):
 def test_the_settings_name_every_stage_in_the_order_they_run(redis_client, make_ingest):  # noqa: F811
     ingest = make_ingest(stages=None)
     assert [type(stage) for stage in ingest.stages] == [
-        HealthStage, ProbeStage, IdleStage, AlertStage, IncidentStage, BenchmarkSummaryStage, FabricDiagnosticsStage]
+        HealthStage, ProbeStage, IdleStage, SmIdleStage, AlertStage, IncidentStage, BenchmarkSummaryStage,
+        FabricDiagnosticsStage]
 
 
 def test_with_no_stage_at_all_the_core_still_frames_rolls_up_and_beats(redis_client, make_ingest, frames):  # noqa: F811

@@ -12,6 +12,7 @@ from django.conf import settings
 
 from dashboard.alerts.models import Rule, is_gpu_metric
 from gpulse import usage
+from gpulse.activity import kernels_run_sms_idle
 from gpulse.health import FAIL, VERDICT_LEVEL
 from gpulse.status import DOWN, STALE, UP
 from gpulse.xid import XidInfo, classify
@@ -115,8 +116,21 @@ def _idle_allocated(busy_util: float):
     return read
 
 
+def _sm_active(gpu):
+    """SM activity in %, as people set its threshold (the sample's is a ratio, as GPM and DCGM give it)."""
+    ratio = gpu.get("sm_active")
+    return None if ratio is None else ratio * 100
+
+
+def _sm_idle_busy(gpu):
+    idle = kernels_run_sms_idle(gpu)
+    return None if idle is None else int(idle)
+
+
 GPU_READERS = {
     "gpu.util": _reading("util"),
+    "gpu.sm_active": _sm_active,
+    "gpu.sm_idle_busy": _sm_idle_busy,
     "gpu.temp": _reading("temp"),
     "gpu.power": _reading("power"),
     "gpu.mem_used_pct": _mem_used_pct,

@@ -58,6 +58,7 @@ FLAG_ECC = 8
 FLAG_ALERT = 16  # an alert is firing on this GPU (as of the previous tick: alerts are evaluated after the frame)
 FLAG_ALLOCATED = 32  # gpulse.usage.is_allocated
 FLAG_IDLE = 64  # allocated and below the busy threshold: gpulse.usage.is_idle_allocated
+FLAG_SM_IDLE = 128  # kernels run, SMs idle for a minute: gpulse.activity (set by dashboard/activity/stage.py)
 
 SLOWDOWN_REASONS = frozenset(SLOWDOWNS)
 MIB = 1024 * 1024

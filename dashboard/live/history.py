@@ -3,9 +3,17 @@
 import datetime as dt
 import math
 
-from dashboard.live.models import ROLLUP_METRICS, GpuRollup
+from django.conf import settings
+
+from dashboard.live.models import ROLLUP_METRICS, GpuRollup, GpuRollupHour
 
 RELATIVE_UNITS = {"m": 60, "h": 3600, "d": 86400}
+MINUTE, HOUR = 60, 3600
+# Ranges up to 7 days read minute rows, longer ones hourly rows (GpuRollupHour). The minute past 7 days:
+# "since=7d" and the "until" of now each read the clock, a moment apart, and must stay a 7-day range.
+MINUTE_RANGES_UP_TO = dt.timedelta(days=7, minutes=1)
+# Each resolution's table and its time column.
+BUCKETS = {MINUTE: (GpuRollup, "minute"), HOUR: (GpuRollupHour, "hour")}
 
 
 def parse_time(value: str | None, default: dt.datetime) -> dt.datetime:
@@ -47,18 +55,30 @@ def parse_time(value: str | None, default: dt.datetime) -> dt.datetime:
         raise ValueError(out_of_range) from None
 
 
+def resolution(since: dt.datetime, until: dt.datetime, now: dt.datetime) -> int:
+    """Seconds per point for a range: hourly where it is longer than 7 days or starts before the minute
+    rows kept (GPULSE_RETAIN_MINUTES_DAYS, 0: kept for ever), else minutes."""
+    kept = settings.GPULSE_RETAIN_MINUTES_DAYS
+    if until - since > MINUTE_RANGES_UP_TO or (kept and since < now - dt.timedelta(days=kept)):
+        return HOUR
+    return MINUTE
+
+
 def rollup_history(node: str, since: dt.datetime, until: dt.datetime) -> dict:
-    """Return per-GPU series of minute (min, mean, max) for each rolled-up metric."""
+    """Return per-GPU series of (min, mean, max) per minute or per hour (``resolution``, seconds) for each
+    rolled-up metric: the buckets that start within since..until."""
+    step = resolution(since, until, dt.datetime.now(dt.UTC))
+    model, time_column = BUCKETS[step]
     columns = [f"{m}_{s}" for m in ROLLUP_METRICS for s in ("min", "mean", "max")]
     rows = (
-        GpuRollup.objects.filter(node=node, minute__gte=since, minute__lte=until)
-        .order_by("gpu", "minute")
-        .values_list("gpu", "minute", *columns)
+        model.objects.filter(node=node, **{f"{time_column}__gte": since, f"{time_column}__lte": until})
+        .order_by("gpu", time_column)
+        .values_list("gpu", time_column, *columns)
     )
     series: dict[int, dict] = {}
-    for gpu, minute, *values in rows:
+    for gpu, start, *values in rows:
         entry = series.setdefault(gpu, {"gpu": gpu, "ts": [], **{m: [] for m in ROLLUP_METRICS}})
-        entry["ts"].append(minute.timestamp())
+        entry["ts"].append(start.timestamp())
         for i, metric in enumerate(ROLLUP_METRICS):
             entry[metric].append(values[3 * i: 3 * i + 3])
-    return {"resolution": 60, "since": since.timestamp(), "until": until.timestamp(), "gpus": list(series.values())}
+    return {"resolution": step, "since": since.timestamp(), "until": until.timestamp(), "gpus": list(series.values())}

@@ -5,12 +5,12 @@ from django.db import models
 ROLLUP_METRICS = ("util", "temp", "power", "mem_used")
 
 
-class GpuRollup(models.Model):
-    """One GPU's readings over one minute, merged in by ingest a few seconds at a time."""
+class _RollupColumns(models.Model):
+    """A GPU's readings over one time bucket: per metric of ROLLUP_METRICS, (min, mean, max) and the (sum, count)
+    the mean comes from, so buckets merge by addition."""
 
     node = models.CharField(max_length=128)
     gpu = models.PositiveSmallIntegerField()
-    minute = models.DateTimeField(help_text="start of the minute (UTC)")
     samples = models.PositiveIntegerField()
     util_min = models.FloatField(null=True)
     util_mean = models.FloatField(null=True)
@@ -34,8 +34,29 @@ class GpuRollup(models.Model):
     mem_used_count = models.PositiveIntegerField(default=0)
 
     class Meta:
-        indexes = [models.Index(fields=["node", "minute"])]
+        abstract = True
+
+
+class GpuRollup(_RollupColumns):
+    """One GPU's readings over one minute, merged in by ingest a few seconds at a time."""
+
+    minute = models.DateTimeField(help_text="start of the minute (UTC)")
+
+    class Meta:
+        # (minute): the retention pass reads an hour of every GPU at once, and prunes by age.
+        indexes = [models.Index(fields=["node", "minute"]), models.Index(fields=["minute"])]
         constraints = [models.UniqueConstraint(fields=["node", "gpu", "minute"], name="one_rollup_per_gpu_minute")]
+
+
+class GpuRollupHour(_RollupColumns):
+    """One GPU's readings over one hour, computed from its GpuRollup minutes (dashboard/retention/downsample.py):
+    kept long after the minutes are pruned, for the node page's long ranges."""
+
+    hour = models.DateTimeField(help_text="start of the hour (UTC)")
+
+    class Meta:
+        indexes = [models.Index(fields=["node", "hour"]), models.Index(fields=["hour"])]
+        constraints = [models.UniqueConstraint(fields=["node", "gpu", "hour"], name="one_rollup_per_gpu_hour")]
 
 
 class RollupCheckpoint(models.Model):

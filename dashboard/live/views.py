@@ -11,7 +11,9 @@ HEATMAP_METRICS = (
     ("util", "Utilization %"), ("temp", "Temperature °C"), ("power", "Power W"), ("mem", "Memory %"),
     ("health", "Health"), ("usage", "Usage"),
 )
-HISTORY_RANGES = (("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"), ("7d", "7 days"))
+# Up to 7 days the history draws minute rollups, beyond hourly ones (history.py).
+HISTORY_RANGES = (("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"), ("7d", "7 days"), ("30d", "30 days"),
+                  ("90d", "90 days"))
 
 
 @require_GET

@@ -17,6 +17,7 @@
     ALERT: 16, // an alert is firing on this GPU
     ALLOCATED: 32, // a process or a Kubernetes pod holds it (gpulse/usage.py)
     IDLE: 64, // allocated, utilization below GPULSE_BUSY_UTIL
+    SM_IDLE: 128, // kernels run, SMs idle: utilization >= 90 %, SM activity < 20 % for a minute (gpulse/activity.py)
   };
   // A GPU with one of these is a fault the overview outlines and sorts first (with a down node's GPUs);
   // throttling is common and harmless, allocation is no fault.

@@ -103,6 +103,7 @@
     if (flags & FLAG.XID) tags.push("XID");
     if (flags & FLAG.ECC) tags.push("ECC");
     if (flags & FLAG.THROTTLED) tags.push("THR");
+    if (flags & FLAG.SM_IDLE) tags.push("SM IDLE");
     return tags.join(" ");
   }
 
@@ -657,6 +658,7 @@
       if (flags & FLAG.XID) tags.push("Xid error");
       if (flags & FLAG.ECC) tags.push("uncorrected ECC errors");
       if (flags & FLAG.THROTTLED) tags.push("thermal or hardware slowdown");
+      if (flags & FLAG.SM_IDLE) tags.push("kernels run, SMs idle (utilization ≥ 90 %, SM activity < 20 % for a minute)");
       if (tags.length) line(F.element("span", "status-stale", tags.join(", ")));
       const health = rows.health[cell.r];
       if (health.verdict === "failing" || health.verdict === "degraded") {

@@ -8,7 +8,8 @@
  * never shown as if current: its tables say when data stopped instead.
  * History and probes come from GET /api/v1/nodes/<name>, reloaded every minute,
  * for the range in the page's URL (?since=6h, or ?since=&until= in unix seconds),
- * so a reload or a shared link shows the same view.
+ * so a reload or a shared link shows the same view: minute rollups up to 7 days, hourly ones
+ * beyond (the answer's "resolution", which the section names).
  * Dashed lines on the charts are the thresholds of the enabled alert rules that
  * apply to the node, and the GPUs with a firing alert are marked, both as the
  * alerts app's Alerts section (node-alert-rules) gives them: node-alerts.js
@@ -24,7 +25,10 @@
   const WINDOW_S = 15 * 60;
   // A step longer than this many intervals is a missed sample: draw a gap.
   const GAP_INTERVALS = 2;
-  const HISTORY_GAP_S = 2 * 60;
+  // A history point missing for longer than this many of its steps (a minute or an hour) is a gap.
+  const HISTORY_GAP_STEPS = 2;
+  // What the history section calls its points, by their step in seconds.
+  const RESOLUTION_NAMES = { 60: "minute rollups", 3600: "hourly rollups" };
   // Minute rollups and probes change slowly: reload them once a minute.
   const RELOAD_EVERY_MS = 60 * 1000;
   const MIB_PER_GIB = 1024;
@@ -101,6 +105,7 @@
     gpuTable: document.getElementById("gpu-table"),
     procBody: document.querySelector("#proc-table tbody"),
     historyNote: document.getElementById("history-note"),
+    historyResolution: document.getElementById("history-resolution"),
     probeLast: document.getElementById("probe-last"),
     probeChart: document.getElementById("probe-chart"),
     rangeForm: document.getElementById("range-custom"),
@@ -543,15 +548,15 @@
       });
   }
 
-  /* The history's times: every minute any GPU has, oldest first, and a gap's time after each minute
-   * followed by none for longer than HISTORY_GAP_S; the charts draw a gap there. */
-  function historyTimes(gpus) {
+  /* The history's times: every minute (or hour: the step) any GPU has, oldest first, and a gap's time
+   * after each one followed by none for longer than HISTORY_GAP_STEPS steps; the charts draw a gap there. */
+  function historyTimes(gpus, step) {
     const minutes = new Set();
     gpus.forEach(function (series) { series.ts.forEach(function (ts) { minutes.add(ts); }); });
     const sorted = Array.from(minutes).sort(function (a, b) { return a - b; });
     const x = [];
     sorted.forEach(function (ts, i) {
-      if (i && ts - sorted[i - 1] > HISTORY_GAP_S) x.push(sorted[i - 1] + 60);
+      if (i && ts - sorted[i - 1] > HISTORY_GAP_STEPS * step) x.push(sorted[i - 1] + step);
       x.push(ts);
     });
     return x;
@@ -559,18 +564,21 @@
 
   function renderHistory(history) {
     const gpus = history.gpus || [];
+    const step = history.resolution;
+    els.historyResolution.textContent = RESOLUTION_NAMES[step];
     if (!gpus.length) {
       els.historyNote.hidden = false;
-      els.historyNote.textContent =
-        "No minute rollups in this range yet: ingest writes one per GPU and minute, about two minutes after the minute ends.";
+      els.historyNote.textContent = step === 60 ?
+        "No minute rollups in this range yet: ingest writes one per GPU and minute, about two minutes after the minute ends." :
+        "No hourly rollups in this range yet: a control worker computes each hour from its minutes a few minutes after it ends.";
     }
     const xrange = zoom.history || [history.since, history.until];
     showLegend("history", gpus.map(function (series) { return [String(series.gpu), COLOURS[series.gpu % COLOURS.length]]; }));
-    const x = historyTimes(gpus);
+    const x = historyTimes(gpus, step);
     const at = new Map(x.map(function (ts, i) { return [ts, i]; }));
     HISTORY.forEach(function (chart, k) { inTurn(chart.id, function () {
       const lines = gpus.map(function (series) {
-        // [low, mean, high] per minute: null where this GPU has no rollup, as at a gap's time.
+        // [low, mean, high] per point: null where this GPU has no rollup, as at a gap's time.
         const low = x.map(function () { return null; }), mean = low.slice(), high = low.slice();
         series.ts.forEach(function (ts, i) {
           const triple = series[chart.key][i];

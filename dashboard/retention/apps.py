@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class RetentionConfig(AppConfig):
+    name = "dashboard.retention"
+    verbose_name = "History retention"
