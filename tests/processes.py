@@ -25,3 +25,16 @@ def assert_gone(processes: list[psutil.Process], timeout: float = 20) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"processes left behind: {[' '.join(p.cmdline()) for p in alive]}")
         time.sleep(0.1)
+
+
+def descendants(command: str) -> list[psutil.Process]:
+    """This process's children and theirs whose command line contains ``command``; one that ends while
+    being looked at is left out."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if command in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
