@@ -215,3 +215,16 @@ def test_a_long_reason_is_cut_and_run_keys_name_only_runs():
     assert len(long["findings"][0]["reason"]) == 256
     assert run_id_of(run_key(42)) == 42
     assert [run_id_of(key) for key in ("gpu-checks-0", "gpu-checks-1:x", "12", None, "gpu-checks-01")] == [None] * 5
+
+
+def test_a_benchmark_is_refused_on_a_node_under_a_gpu_check_and_its_picker_says_why(client, operator_user,
+                                                                                    live_nodes):
+    run = GpuCheckRun.objects.create(nodes=["bench-a"], status=JobStatus.RUNNING, started=timezone.now())
+    client.force_login(operator_user)
+    refused = client.post("/api/v1/benchmarks", json.dumps({"nodes": live_nodes, "backend": "gloo"}),
+                          content_type="application/json")
+    assert refused.status_code == 409
+    assert refused.json()["error"].startswith("bench-a already run a benchmark or GPU checks")
+    picker = client.get("/benchmarks/").content.decode()
+    assert f"running GPU check run {run.pk}" in picker
+    assert BenchmarkJob.objects.count() == 0
