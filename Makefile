@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint system-packages browser prometheus slurm redis npm axe plotly-js uplot-js clean
+.PHONY: demo test lint system-packages browser prometheus victoria-metrics slurm redis npm axe plotly-js uplot-js clean
 
 $(STAMP): requirements-node.txt requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ demo: $(STAMP) plotly-js uplot-js
 	$(PY) -m devtools.demo
 
 # The Debian packages the tests drive; each is installed only when missing.
-system-packages: browser prometheus slurm redis
+system-packages: browser prometheus victoria-metrics slurm redis
 
 # Playwright drives Debian's chromium: the browser downloads of `playwright
 # install` are not reachable from many clusters.
@@ -33,6 +33,14 @@ prometheus:
 	@test -x /usr/bin/prometheus -a -x /usr/bin/promtool || (apt-get update -qq \
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
 	  && if [ -d /run/systemd/system ]; then systemctl disable --now prometheus; fi)
+
+# A real VictoriaMetrics single node (Debian 12's 1.79.5) takes remote write and answers PromQL in the
+# long-term storage tests; each test module starts its own. The service the package starts under systemd
+# is stopped and disabled: nothing stays listening on :8428.
+victoria-metrics:
+	@test -x /usr/bin/victoria-metrics || (apt-get update -qq \
+	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends victoria-metrics \
+	  && if [ -d /run/systemd/system ]; then systemctl disable --now victoria-metrics; fi)
 
 # A real slurmctld, slurmd and munged drain and resume nodes in the drain tests;
 # each test starts its own from a slurm.conf in a temporary directory. The

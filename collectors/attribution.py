@@ -1,7 +1,8 @@
 """Whose a GPU process is: its user, command, and the container and scheduler job it runs in.
 
 Read from procfs (``<procfs>/<pid>/comm``, ``status``, ``cmdline``, ``cgroup``), so a
-collector in a container given the host's /proc attributes the host's processes.
+collector in a container given the host's /proc attributes the host's processes;
+ProcessDescriptions keeps what was read while ``stat`` shows the same process.
 The scheduler identity comes from the cgroup path the process lives in, which
 Slurm, the kubelet and docker name by fixed rules (``CGROUP_FORMATS``). A path
 in no known format is left unattributed: guessing would bill the wrong job.
@@ -14,13 +15,21 @@ format here matches.
 import functools
 import pwd
 import re
+import threading
+import time
+from concurrent.futures import Future
 from pathlib import Path
+from typing import NamedTuple
 
 from gpulse.schema import MAX_TEXT, PROCESS_IDENTITY
 
 PROC = Path("/proc")
-# A command line may be megabytes (every sample reads it again); status and cgroup are a few KiB.
+# A command line may be megabytes; status and cgroup are a few KiB.
 MAX_PROC_FILE = 64 * 1024
+# Seconds a process's description is kept before it is read again (ProcessDescriptions says why).
+DESCRIPTION_MAX_AGE = 60.0
+# Descriptions kept at most: far above a node's GPU processes (8 GPUs with 48 MPS clients each is 384).
+MAX_DESCRIPTIONS = 4096
 
 # The ids are matched whole (digits, a UUID, 64 hex digits) and every pattern is anchored at
 # the root: a user who may create cgroups (a systemd user slice, a delegated job subtree) only
@@ -140,3 +149,103 @@ def describe_process(pid: int, mem_used: int | None, procfs: Path = PROC) -> dic
         "mem_used": mem_used,
         **{key: _text(value) for key, value in identity.items()},
     }
+
+
+class StatIdentity(NamedTuple):
+    """What ``/proc/<pid>/stat`` tells of a process: when it started (field 22, clock ticks after
+    boot) and its name (field 2)."""
+
+    start: int
+    name: str
+
+
+def read_identity(pid: int, procfs: Path = PROC) -> StatIdentity | None:
+    """The process's start time and name, from ``<procfs>/<pid>/stat``; None where it cannot be read."""
+    stat = _read(procfs / str(pid) / "stat")
+    if stat is None:
+        return None
+    # The name is in parentheses and may itself hold ")" and spaces: the fields follow the last ")".
+    head, _, rest = stat.rpartition(")")
+    fields = rest.split()  # from field 3 (state)
+    try:
+        return StatIdentity(int(fields[19]), head.partition("(")[2])
+    except (IndexError, ValueError):
+        return None
+
+
+class _Description(NamedTuple):
+    identity: StatIdentity | None
+    read_at: float  # monotonic s
+    process: dict  # describe_process's, mem_used None
+
+
+class ProcessDescriptions:
+    """describe_process for the GPUs' reader threads, which share it: each process is read from procfs
+    at most once a sample, however many GPUs and MIG instances list it, and kept across samples.
+
+    A process is known by its pid and its start time (``/proc/<pid>/stat``, read every sample): a pid
+    the kernel hands to a new process comes with a later start time, so the new process is read afresh
+    and never billed to the pid's previous owner. A pid whose stat cannot be read is read every sample.
+
+    What is kept can change in a live process, rarely; it is read again when the name in stat changes
+    and at the latest after ``max_age`` seconds, so a change shows within a minute:
+    - the name and the command line: exec (same pid, same start time) and setproctitle (Ray's workers,
+      Celery's) change both, and the name is compared every sample;
+    - the user, the real uid: only a privileged process changes it (setuid), before it works as its user;
+    - the job, step, pod and container, from the cgroup: a process is moved by writing its pid to another
+      cgroup; Slurm, the kubelet and docker never move one between jobs or containers, and
+      pam_slurm_adopt adopts an ssh session's processes at login, before they use a GPU.
+    The memory used (and the utilization beside it) is the sample's own, never kept.
+    """
+
+    def __init__(self, procfs: Path = PROC, max_age: float = DESCRIPTION_MAX_AGE, max_size: int = MAX_DESCRIPTIONS):
+        self._procfs = procfs
+        self._max_age = max_age
+        self._max_size = max_size
+        self._lock = threading.Lock()
+        # pid -> the sample that listed it last, and its description, still being read while not done
+        self._kept: dict[int, tuple[int, Future]] = {}
+        self._sample = 0
+
+    def __contains__(self, pid: int) -> bool:
+        return pid in self._kept
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def new_sample(self) -> None:
+        """Start the next sample; forget the processes that the last one did not list (ended, or off the GPUs)."""
+        with self._lock:
+            self._kept = {pid: kept for pid, kept in self._kept.items() if kept[0] == self._sample}
+            self._sample += 1
+
+    def describe(self, pid: int, mem_used: int | None) -> dict:
+        """describe_process(pid, mem_used): read from procfs once a sample, or kept from an earlier one."""
+        with self._lock:
+            sample, before = self._kept.pop(pid, (None, None))
+            if before is not None and sample == self._sample:  # another reader listed it this sample
+                description, reading = before, False
+            else:
+                description, reading = Future(), True
+                if len(self._kept) >= self._max_size:
+                    del self._kept[next(iter(self._kept))]  # the one least recently listed
+            self._kept[pid] = (self._sample, description)  # last: the most recently listed
+        if reading:
+            # Another reader listing the process this sample waits for this read, as it would have
+            # waited on the same files: each stands in for the other.
+            try:
+                description.set_result(self._read(pid, before))
+            except BaseException as error:  # whatever it is, the readers waiting for it must not wait for ever
+                description.set_exception(error)
+                raise
+        return {**description.result().process, "mem_used": mem_used}
+
+    def _read(self, pid: int, before: Future | None) -> _Description:
+        identity = read_identity(pid, self._procfs)
+        now = time.monotonic()
+        # A read still under way in a reader stuck since an earlier sample is not waited for.
+        kept = before.result() if before is not None and before.done() and not before.exception() else None
+        if (kept is not None and identity is not None and kept.identity == identity
+                and now - kept.read_at < self._max_age):
+            return kept
+        return _Description(identity, now, describe_process(pid, None, self._procfs))

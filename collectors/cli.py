@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "its own, with its own credential, as the demo runs its first node")
     parser.add_argument("--except-node", action="append", default=[], metavar="NAME",
                         help="send every node of the simulated fleet but this one (repeatable)")
+    parser.add_argument("--mig-node", metavar="NAME",
+                        help="the simulated node whose GPUs (H100s) run MIG instances with jobs on them, e.g. "
+                             "sim-04 (default: none)")
     parser.add_argument("--faults-url-file", metavar="PATH",
                         help="read the simulator's faults with the Redis URL in this file, for a simulated "
                              "collector whose own user reads nothing (default: its own Redis URL)")
@@ -113,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _parse_faults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, int | None, str]]:
-    for flag in ("fault", "only_node", "except_node", "faults_url_file"):
+    for flag in ("fault", "only_node", "except_node", "faults_url_file", "mig_node"):
         if getattr(args, flag) and args.source != "simulated":
             parser.error(f"--{flag.replace('_', '-')} applies to --source simulated only")
     faults = []
@@ -190,7 +193,7 @@ def simulated_fleet(args: argparse.Namespace, faults: list[tuple[str, int | None
         reader = redis_fault_reader(client, Keys())
     fleet = SimulatedFleet(args.nodes, args.gpus_per_node, args.interval, seed=args.seed,
                            name_prefix=args.name_prefix, fault_reader=reader, only=args.only_node,
-                           without=args.except_node)
+                           without=args.except_node, mig_node=args.mig_node)
     for node, gpu, fault in faults:
         fleet.inject(node, gpu, fault)
     return fleet

@@ -10,6 +10,11 @@ the exporter does not serve, or serves as one of DCGM's blank values, is None
 (null), never 0 and never the blank's 9.2e18. dcgm-exporter's default counters
 lack a few readings (power limit, clock event reasons, ECC); add them to its
 counters CSV to get them here.
+
+On a GPU in MIG mode DCGM serves the instances' memory and profiling fields as
+series of their own, labelled GPU_I_ID and GPU_I_PROFILE: they become the GPU's
+``mig`` list (gpulse.schema), one instance per GPU instance (DCGM names no
+compute instance: null), its pod from the series' pod labels.
 """
 
 import ipaddress
@@ -27,7 +32,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from collectors.sources import SourceUnavailable
 from gpulse.schema import (
     GPU_METRIC_NAMES,
+    MAX_MIG_INSTANCES,
     MAX_XID,
+    MIG_PROFILE,
     OPTIONAL_GPU_METRIC_NAMES,
     SCHEMA_VERSION,
     MalformedSample,
@@ -96,7 +103,7 @@ FIELDS: dict[str, tuple[tuple[str, Callable[[float], int | float]], ...]] = {
 }
 # Activity reading (gpulse.schema.ACTIVITY_METRICS) -> the DCGM profiling field that is it, as a ratio.
 # dcgm-exporter serves them from its dcp-metrics counters CSV (GR_ENGINE, TENSOR and DRAM by default).
-# On a MIG GPU DCGM profiles the instances (GPU_I_ID series, skipped below), so the GPU's are null.
+# On a MIG GPU DCGM profiles the instances (GPU_I_ID series: the instances'), so the GPU's are null.
 PROFILING_FIELDS = {
     "gr_active": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
     "sm_active": "DCGM_FI_PROF_SM_ACTIVE",
@@ -132,6 +139,10 @@ HOST_LABELS = ("hostname", "Hostname")
 K8S_LABELS = {"pod": ("pod", "pod_name"), "namespace": ("namespace", "pod_namespace"),
               "container": ("container", "container_name")}
 
+# A MIG instance's series: its memory (MiB) and its profiling fields.
+MIG_LABELS = ("GPU_I_ID", "GPU_I_PROFILE")
+_INSTANCE_FIELDS = {FB_TOTAL, FB_USED, FB_FREE, FB_RESERVED, *PROFILING_FIELDS.values()}
+
 _WANTED = (
     {dcgm for choices in FIELDS.values() for dcgm, _ in choices}
     | {FB_TOTAL, FB_USED, FB_FREE, FB_RESERVED, XID_FIELD}
@@ -165,15 +176,16 @@ def is_remote(url: str) -> bool:
 
 
 def parse_exposition(text: str) -> dict[tuple[str, int], dict]:
-    """Return {(host, gpu index): {"uuid", "name", "k8s", "values", "xid_counts"}} from exporter text.
+    """Return {(host, gpu index): {"uuid", "name", "k8s", "values", "xid_counts", "mig"}} from exporter text.
 
     ``values`` maps a DCGM field to its number, ``xid_counts`` one of
     XID_COUNTS to {Xid code: count}. A host is its ``hostname`` (or
     ``Hostname``) label, "" when the exporter sends neither. A blank (BLANKS)
     or non-finite value is left out, as if the exporter had not served it.
-    Series of MIG instances (a ``GPU_I_ID`` label) are skipped: gpulse reports
-    whole GPUs, and one instance's memory is not the GPU's. A GPU shared by
-    several pods reports the first pod the exporter lists.
+    Series of MIG instances (a ``GPU_I_ID`` label) go to ``mig``, {GPU
+    instance id: {"profile", "k8s", "values"}}, never to the GPU's values: one
+    instance's memory is not the GPU's. A GPU shared by several pods reports
+    the first pod the exporter lists.
     """
     gpus: dict[tuple[str, int], dict] = {}
     try:
@@ -186,7 +198,7 @@ def parse_exposition(text: str) -> dict[tuple[str, int], dict]:
             continue
         for sample in family.samples:
             labels = sample.labels
-            if labels.get("GPU_I_ID") or "gpu" not in labels:
+            if "gpu" not in labels:
                 continue
             try:
                 index = int(labels["gpu"])
@@ -194,19 +206,55 @@ def parse_exposition(text: str) -> dict[tuple[str, int], dict]:
                 continue
             gpu = gpus.setdefault(
                 (_label(labels, HOST_LABELS), index),
-                {"uuid": labels.get("UUID"), "name": labels.get("modelName"), "k8s": _k8s(labels),
-                 "values": {}, "xid_counts": {}},
+                {"uuid": labels.get("UUID"), "name": labels.get("modelName"), "k8s": None,
+                 "values": {}, "xid_counts": {}, "mig": {}},
             )
+            instance = _instance(gpu, labels, family.name) if labels.get("GPU_I_ID") else None
+            if labels.get("GPU_I_ID") and instance is None:
+                continue
+            if instance is None and gpu["k8s"] is None:
+                gpu["k8s"] = _k8s(labels)
             value = sample.value
             if value in BLANKS or not math.isfinite(value):
                 continue
-            if family.name in XID_COUNTS:
+            if instance is not None:
+                instance["values"].setdefault(family.name, value)
+            elif family.name in XID_COUNTS:
                 code = _xid_code(labels.get("xid"))
                 if code is not None:
                     gpu["xid_counts"].setdefault(family.name, {})[code] = value
             else:
                 gpu["values"].setdefault(family.name, value)
     return gpus
+
+
+def _instance(gpu: dict, labels: dict, field: str) -> dict | None:
+    """The MIG instance a GPU_I_ID series is of, None for a field an instance does not report or an id that
+    is not a number."""
+    if field not in _INSTANCE_FIELDS:
+        return None
+    try:
+        gpu_instance = int(labels["GPU_I_ID"])
+    except ValueError:
+        return None
+    profile = labels.get("GPU_I_PROFILE") or ""
+    return gpu["mig"].setdefault(gpu_instance, {
+        "profile": profile if MIG_PROFILE.fullmatch(profile) else None, "k8s": _k8s(labels), "values": {}})
+
+
+def _instances(mig: dict[int, dict]) -> list[dict]:
+    """The GPU's ``mig`` list, by GPU instance id: DCGM's per-instance fields in the contract's units."""
+    instances = []
+    for gpu_instance, instance in sorted(mig.items())[:MAX_MIG_INSTANCES]:
+        values = instance["values"]
+        reading = {"gpu_instance": gpu_instance, "compute_instance": None, "profile": instance["profile"],
+                   "uuid": None, "mem_used": _mib(values[FB_USED]) if FB_USED in values else None,
+                   "mem_total": _mem_total(values), "processes": None,
+                   **{name: values.get(field) for name, field in PROFILING_FIELDS.items()}}
+        if instance["k8s"] is not None:
+            reading["k8s"] = instance["k8s"]
+        instances.append(reading)
+    return instances
 
 
 def _xid_code(text) -> int | None:
@@ -339,6 +387,8 @@ class DcgmSource:
         reading["processes"] = None  # dcgm-exporter does not list processes
         if gpu["k8s"] is not None:
             reading["k8s"] = gpu["k8s"]
+        if gpu["mig"]:
+            reading["mig"] = _instances(gpu["mig"])
         gpu_key = (node, gpu["uuid"] or index)
         code = values.get(XID_FIELD)
         changed = [] if code is None else self._changed_xid(gpu_key, int(code))
@@ -348,6 +398,7 @@ class DcgmSource:
         if code == XID_FALLEN_OFF_BUS:
             # DCGM may keep serving the last values it read; a lost GPU reports none.
             reading.update(dict.fromkeys(GPU_METRIC_NAMES + OPTIONAL_GPU_METRIC_NAMES), lost=True, throttle=None)
+            reading.pop("mig", None)
         return reading
 
     def _changed_xid(self, gpu_key: tuple, code: int) -> list[int]:

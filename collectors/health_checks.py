@@ -93,17 +93,19 @@ def pcie_link(gpu: dict, memory: GpuMemory, now: float) -> Result:
     if width is None or width_max is None:
         return _NO_PCIE
     gen, gen_max = gpu.get("pcie_gen"), gpu.get("pcie_gen_max")
-    lanes = f"x{width:g} of x{width_max:g} lanes"
+    narrow = width < width_max
     if gen is None or gen_max is None:
-        if width < width_max:
+        lanes = f"x{width:g} of x{width_max:g} lanes"
+        if narrow:
             return FAIL, f"{lanes}, generation not reported"
         return UNKNOWN, f"{lanes}; PCIe link generation not reported"
-    link = f"{lanes}, Gen{gen:g} of Gen{gen_max:g}"
-    if width < width_max:
+    slow = gen < gen_max and _busy(gpu)
+    if not narrow and not slow:
+        return None  # before any text is written: every GPU of every sample passes here
+    link = f"x{width:g} of x{width_max:g} lanes, Gen{gen:g} of Gen{gen_max:g}"
+    if narrow:
         return FAIL, link
-    if gen < gen_max and _busy(gpu):
-        return WARN, f"{link} while busy ({gpu['util']:g} %)"
-    return None
+    return WARN, f"{link} while busy ({gpu['util']:g} %)"
 
 
 _NO_REPLAY = _unreported("PCIe replay counter")

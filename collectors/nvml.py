@@ -14,6 +14,19 @@ The activity readings (SM, tensor, DRAM...: gpulse.schema.ACTIVITY_METRICS)
 come from GPM, NVML's GPU Performance Monitoring (Hopper and newer), which
 computes them from two samples of the GPU's counters: each GPU keeps its
 previous sample, so every reading covers the time since the one before.
+
+A GPU in MIG mode reports its instances as ``mig`` (gpulse.schema, "mig"):
+each MIG device's ids, profile, UUID, memory, processes and its GPU
+instance's GPM activity. Which instances exist is read again every
+MIG_LAYOUT_INTERVAL, not every sample: enumerating costs a call per slot.
+
+Each process of a GPU carries its SM and memory utilization (``sm_util``,
+``mem_util``, %; nvidia-smi pmon -s u), so jobs time-sliced on one GPU (or
+sharing it through MPS) are told apart: one nvmlDeviceGetProcessUtilization
+call per GPU and sample, asking for the driver's samples newer than the newest
+one the previous call returned, so each reading covers the time since. A
+process with no sample in that time (NVML leaves out one idle all period), a GPU
+that does not offer it and MIG (NOT_SUPPORTED) give null, never 0.
 """
 
 import contextlib
@@ -28,14 +41,16 @@ from pathlib import Path
 import psutil
 import pynvml
 
-from collectors.attribution import PROC, describe_process
+from collectors.attribution import PROC, ProcessDescriptions
 from collectors.infiniband import read_ports
 from collectors.pod_resources import PodResources
 from collectors.sources import SourceUnavailable
 from gpulse.schema import (
     ACTIVITY_METRIC_NAMES,
     GPU_METRIC_NAMES,
+    MAX_MIG_INSTANCES,
     MAX_TEXT,
+    MIG_PROFILE,
     OPTIONAL_GPU_FLAGS,
     OPTIONAL_GPU_METRIC_NAMES,
     OPTIONAL_GPU_TEXTS,
@@ -72,6 +87,10 @@ GPM_METRICS = {
     "fp16_active": pynvml.NVML_GPM_METRIC_FP16_UTIL,
 }
 _NO_ACTIVITY = dict.fromkeys(ACTIVITY_METRIC_NAMES)
+# How often a MIG GPU's instances are enumerated again (nvmlDeviceGetMigDeviceHandleByIndex, one call per
+# slot, and each new instance's identity): an administrator makes and destroys instances while the driver
+# stays loaded, seldom. In between, the instances last found are read.
+MIG_LAYOUT_INTERVAL = 10.0  # s
 
 # NVML itself is gone: nothing can be read until it is initialised again.
 _NVML_GONE = (
@@ -248,8 +267,9 @@ class _Activity:
     each read fills; they swap after each read, so nothing is allocated per read.
     """
 
-    def __init__(self, handle):
-        self._handle = handle
+    def __init__(self, sample_get, *target):
+        """``sample_get(*target, sample)`` fills a sample: nvmlGpmSampleGet(GPU) or nvmlGpmMigSampleGet(GPU, GI)."""
+        self._sample_get, self._target = sample_get, target
         self._previous = nvml_query(pynvml.nvmlGpmSampleAlloc)
         self._current = nvml_query(pynvml.nvmlGpmSampleAlloc)
         self._previous_at: float | None = None  # monotonic s the previous sample was taken; None: none yet
@@ -279,7 +299,7 @@ class _Activity:
             if now + GPM_MIN_WINDOW - since > wait_until:
                 return _NO_ACTIVITY
             time.sleep(GPM_MIN_WINDOW - since)
-        if nvml_query(pynvml.nvmlGpmSampleGet, self._handle, self._current) is None:
+        if nvml_query(self._sample_get, *self._target, self._current) is None:
             return _NO_ACTIVITY  # the previous sample stays: the next reading covers both intervals
         if since < GPM_MIN_WINDOW and self._last is not _NO_ACTIVITY:
             return self._last
@@ -301,18 +321,143 @@ class _Activity:
         self._previous = self._current = None
 
     def _take_first(self) -> None:
-        if self._previous is not None and nvml_query(pynvml.nvmlGpmSampleGet, self._handle, self._previous) is not None:
+        if self._previous is not None and nvml_query(self._sample_get, *self._target, self._previous) is not None:
             self._previous_at = time.monotonic()
+
+
+class _ProcessUtilization:
+    """One GPU's per-process SM and memory utilization (nvidia-smi pmon -s u: sm, mem), each read covering
+    the driver's samples since the newest one the read before returned."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self._last_seen = 0  # µs, the CPU timestamp of the newest sample read; 0: all the driver keeps
+
+    def read(self) -> dict[int, tuple[int, int]]:
+        """pid -> (SM %, memory %) of its newest sample; a process without one is not in it."""
+        samples = nvml_query(pynvml.nvmlDeviceGetProcessUtilization, self._handle, self._last_seen, default=())
+        newest: dict = {}
+        for sample in samples:  # the driver may hold several samples of a process since the last read
+            if sample.pid not in newest or sample.timeStamp > newest[sample.pid].timeStamp:
+                newest[sample.pid] = sample
+        if newest:
+            self._last_seen = max(sample.timeStamp for sample in newest.values())
+        return {pid: (sample.smUtil, sample.memUtil) for pid, sample in newest.items()}
+
+
+def running_processes(handle, descriptions: ProcessDescriptions, graphics: bool = True,
+                      utilization: _ProcessUtilization | None = None) -> list[dict] | None:
+    """nvidia-smi --query-compute-apps=pid,process_name,used_memory, graphics processes included, each
+    with its SM and memory utilization from ``utilization`` (None: null, as in MIG mode)."""
+    compute = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
+    graphics_processes = nvml_query(pynvml.nvmlDeviceGetGraphicsRunningProcesses, handle) if graphics else None
+    if compute is None and graphics_processes is None:
+        return None
+    # A process doing both (nvidia-smi type "C+G") is in both lists; report it once.
+    memory: dict[int, int | None] = {}
+    for process in (compute or []) + (graphics_processes or []):
+        memory.setdefault(process.pid, process.usedGpuMemory)  # None where the driver cannot tell
+    shares = utilization.read() if utilization is not None and memory else {}
+    return [{**descriptions.describe(pid, used), **_utilization_fields(shares.get(pid))}
+            for pid, used in memory.items()]
+
+
+def _utilization_fields(share: tuple[int, int] | None) -> dict:
+    sm, mem = (None, None) if share is None else share
+    return {"sm_util": sm, "mem_util": mem}
+
+
+def mig_profile(name: str | None) -> str | None:
+    """A MIG device's profile from its name, as NVML gives it and nvidia-smi -L shows it:
+    "NVIDIA H100 80GB HBM3 MIG 1g.10gb" -> "1g.10gb"; None where the name holds none."""
+    if name is None:
+        return None
+    _, marker, profile = name.rpartition("MIG ")
+    return profile if marker and MIG_PROFILE.fullmatch(profile) else None
+
+
+class _MigDevice:
+    """One MIG device (a compute instance of a GPU instance): its handle and identity, read when found."""
+
+    def __init__(self, handle, gpu_instance: int, compute_instance: int | None):
+        self.handle = handle
+        self.gpu_instance = gpu_instance
+        self.identity = {
+            "gpu_instance": gpu_instance,  # nvidia-smi: GI ID
+            "compute_instance": compute_instance,  # nvidia-smi: CI ID
+            "profile": mig_profile(nvml_query(pynvml.nvmlDeviceGetName, handle)),
+            "uuid": nvml_query(pynvml.nvmlDeviceGetUUID, handle),  # MIG-...
+        }
+
+
+class _MigLayout:
+    """The MIG devices of a GPU in MIG mode and their GPU instances' GPM samples. Only its GPU's reader
+    thread touches it."""
+
+    def __init__(self, parent, gpm: bool, memory_version, descriptions: ProcessDescriptions):
+        self._parent = parent
+        self._gpm = gpm
+        self._memory_version = memory_version
+        self._descriptions = descriptions
+        self._devices: list[_MigDevice] = []
+        self._activity: dict[int, _Activity] = {}  # per GPU instance id: its compute instances share it
+        self._found_at = -math.inf  # monotonic s
+
+    def read(self, wait_until: float) -> list[dict]:
+        """Each MIG device's readings (nvidia-smi -q, MIG Devices); its activity waits as _Activity.read."""
+        now = time.monotonic()
+        if now - self._found_at >= MIG_LAYOUT_INTERVAL:
+            self._find()
+            self._found_at = now
+        activity = {gi: samples.read(wait_until) for gi, samples in self._activity.items()}
+        instances = []
+        for device in self._devices:
+            memory = nvml_query(pynvml.nvmlDeviceGetMemoryInfo, device.handle, version=self._memory_version)
+            instances.append({
+                **device.identity,
+                "mem_used": None if memory is None else memory.used,
+                "mem_total": None if memory is None else memory.total,
+                # MIG has no graphics: only compute processes run in an instance
+                "processes": running_processes(device.handle, self._descriptions, graphics=False),
+                **activity.get(device.gpu_instance, _NO_ACTIVITY),
+            })
+        return instances
+
+    def release(self) -> None:
+        for samples in self._activity.values():
+            samples.release()
+        self._activity = {}
+
+    def _find(self) -> None:
+        """Enumerate the MIG devices; a slot may be empty (NOT_FOUND) with later ones in use."""
+        count = nvml_query(pynvml.nvmlDeviceGetMaxMigDeviceCount, self._parent) or 0
+        devices = []
+        for slot in range(count):
+            handle = nvml_query(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, self._parent, slot)
+            gpu_instance = None if handle is None else nvml_query(pynvml.nvmlDeviceGetGpuInstanceId, handle)
+            if gpu_instance is None:
+                continue  # an empty slot: destroying an instance leaves a gap, the next slot may be in use
+            compute_instance = nvml_query(pynvml.nvmlDeviceGetComputeInstanceId, handle)
+            devices.append(_MigDevice(handle, gpu_instance, compute_instance))
+            if len(devices) == MAX_MIG_INSTANCES:
+                break
+        self._devices = devices
+        in_use = {device.gpu_instance for device in devices}
+        for gone in set(self._activity) - in_use:
+            self._activity.pop(gone).release()
+        if self._gpm:
+            for gpu_instance in in_use - set(self._activity):
+                self._activity[gpu_instance] = _Activity(pynvml.nvmlGpmMigSampleGet, self._parent, gpu_instance)
 
 
 class _Gpu:
     """One GPU's handle, identity and counters. Only its reader thread touches it."""
 
-    def __init__(self, index: int, memory_version, clock_reasons, procfs: Path, energy_interval: float,
-                 read_timeout: float):
+    def __init__(self, index: int, memory_version, clock_reasons, descriptions: ProcessDescriptions,
+                 energy_interval: float, read_timeout: float):
         self.index = index
         self._read_timeout = read_timeout
-        self._procfs = procfs  # where its processes' owners and cgroups are read
+        self._descriptions = descriptions  # its processes' owners and cgroups, shared by the node's GPUs
         self.uuid: str | None = None
         self.name: str | None = None
         self._memory_version = memory_version
@@ -327,6 +472,8 @@ class _Gpu:
         self._energy: int | None = None  # the counter as last read, and when (monotonic s)
         self._energy_read_at = -math.inf
         self._activity: _Activity | None = None  # None where the GPU has no GPM
+        self._process_utilization: _ProcessUtilization | None = None
+        self._mig: _MigLayout | None = None  # while the GPU is in MIG mode
         self._read_started = 0.0  # monotonic s
         self._prepared = False
 
@@ -345,6 +492,10 @@ class _Gpu:
         return {**_null_gpu(self.index, self.uuid, self.name), "error": TIMED_OUT}
 
     def release(self) -> None:
+        if self._mig is not None:
+            with contextlib.suppress(GpuLost, SourceUnavailable):
+                self._mig.release()
+            self._mig = None
         if self._activity is not None:
             with contextlib.suppress(GpuLost, SourceUnavailable):
                 self._activity.release()
@@ -366,12 +517,14 @@ class _Gpu:
         self._static = self._static_readings()
         self._events = self._xid_event_set()
         self._activity = self._gpm()
+        self._process_utilization = _ProcessUtilization(self._handle)
         self._prepared = True
 
     def _gpm(self) -> _Activity | None:
         """The GPU's GPM samples where it has GPM (Hopper and newer; drivers from R520), else None."""
         support = nvml_query(pynvml.nvmlGpmQueryDeviceSupport, self._handle)
-        return _Activity(self._handle) if support is not None and support.isSupportedDevice else None
+        supported = support is not None and support.isSupportedDevice
+        return _Activity(pynvml.nvmlGpmSampleGet, self._handle) if supported else None
 
     def _existing_links(self) -> list[int]:
         """The NVLink links this GPU has: those whose state NVML answers for."""
@@ -422,13 +575,17 @@ class _Gpu:
 
     def _readings(self) -> dict:
         handle = self._handle
-        # utilization.gpu, utilization.memory (%)
+        # Within half the read timeout, so that the first read's wait for GPM's window never times it out.
+        wait_until = self._read_started + self._read_timeout / 2
+        health = self._health_readings()
+        instances = self._mig_instances(health["mig_enabled"], wait_until)
+        # utilization.gpu, utilization.memory (%): NOT_SUPPORTED (null) in MIG mode
         utilization = nvml_query(pynvml.nvmlDeviceGetUtilizationRates, handle)
         # memory.used, memory.total (bytes); v2 "used" leaves out driver-reserved memory, as nvidia-smi does
         memory = nvml_query(pynvml.nvmlDeviceGetMemoryInfo, handle, version=self._memory_version)
         reasons = nvml_query(self._clock_reasons, handle)  # clocks_event_reasons.active (bitmask)
         nvlink_tx, nvlink_rx = self._nvlink_rates()
-        return {
+        readings = {
             "index": self.index,
             "uuid": self.uuid,
             "name": self.name,
@@ -459,7 +616,9 @@ class _Gpu:
             "pcie_rx": _bytes(nvml_query(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)),
             "nvlink_tx": nvlink_tx,
             "nvlink_rx": nvlink_rx,
-            "processes": self._processes(),
+            # In MIG mode, its instances' processes: a reader that knows no MIG still sees the GPU held.
+            "processes": (running_processes(handle, self._descriptions, utilization=self._process_utilization)
+                          if instances is None else _all_processes(instances)),
             # temperature.memory (°C; HBM boards): NVML has it as a field value only
             "mem_temp": _field_value(
                 nvml_query(pynvml.nvmlDeviceGetFieldValues, handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP])
@@ -468,12 +627,25 @@ class _Gpu:
             # nvidia-smi -q: PCI "Replays Since Reset"
             "pcie_replay": nvml_query(pynvml.nvmlDeviceGetPcieReplayCounter, handle),
             **self._static,
-            **self._health_readings(),
-            # Last: the first read after start waits for GPM's 100 ms window, less the time the others took,
-            # within half the read timeout, so that waiting never makes the GPU's read time out.
-            **(_NO_ACTIVITY if self._activity is None
-               else self._activity.read(self._read_started + self._read_timeout / 2)),
+            **health,
+            # Last: the first read after start waits for GPM's 100 ms window, less the time the others took.
+            **(_NO_ACTIVITY if self._activity is None else self._activity.read(wait_until)),
         }
+        if instances is not None:
+            readings["mig"] = instances
+        return readings
+
+    def _mig_instances(self, mig_enabled: bool | None, wait_until: float) -> list[dict] | None:
+        """The MIG instances while the GPU is in MIG mode, else None (and their GPM samples freed)."""
+        if not mig_enabled:
+            if self._mig is not None:
+                self._mig.release()
+                self._mig = None
+            return None
+        if self._mig is None:
+            self._mig = _MigLayout(self._handle, self._activity is not None, self._memory_version,
+                                   self._descriptions)
+        return self._mig.read(wait_until)
 
     def _energy_counter(self) -> int | None:
         """nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded; no nvidia-smi query field),
@@ -582,17 +754,11 @@ class _Gpu:
         seconds = (stamp - last[0]) / 1e6
         return _rate_kib(current[1], last[1], seconds), _rate_kib(current[2], last[2], seconds)
 
-    def _processes(self) -> list[dict] | None:
-        """nvidia-smi --query-compute-apps=pid,process_name,used_memory, graphics processes included."""
-        compute = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, self._handle)
-        graphics = nvml_query(pynvml.nvmlDeviceGetGraphicsRunningProcesses, self._handle)
-        if compute is None and graphics is None:
-            return None
-        # A process doing both (nvidia-smi type "C+G") is in both lists; report it once.
-        memory: dict[int, int | None] = {}
-        for process in (compute or []) + (graphics or []):
-            memory.setdefault(process.pid, process.usedGpuMemory)  # None where the driver cannot tell
-        return [describe_process(pid, used, self._procfs) for pid, used in memory.items()]
+
+def _all_processes(instances: list[dict]) -> list[dict] | None:
+    """The processes of every instance; None where no instance's could be read."""
+    lists = [instance["processes"] for instance in instances if instance["processes"] is not None]
+    return [process for processes in lists for process in processes] if lists or not instances else None
 
 
 class _Reader:
@@ -670,7 +836,9 @@ class NvmlSource:
             else pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         )
         energy_interval = ENERGY_READ_INTERVAL if energy_interval is None else energy_interval
-        self._readers = [_Reader(_Gpu(index, memory_version, clock_reasons, procfs or PROC, energy_interval,
+        # One for all the GPUs: a process that several GPUs or MIG instances list is read once a sample.
+        self._descriptions = ProcessDescriptions(procfs or PROC)
+        self._readers = [_Reader(_Gpu(index, memory_version, clock_reasons, self._descriptions, energy_interval,
                                       self.read_timeout))
                          for index in range(count)]
         psutil.cpu_percent(None)  # the first call only starts the measuring window
@@ -686,6 +854,7 @@ class NvmlSource:
 
     def sample(self) -> list[dict]:
         ts = time.time()
+        self._descriptions.new_sample()
         # A reader still stuck in an earlier call gets no new request, so threads never pile up.
         pending = {reader: None if reader.busy else reader.request() for reader in self._readers}
         memory = psutil.virtual_memory()
@@ -698,10 +867,11 @@ class NvmlSource:
         wait([future for future in pending.values() if future is not None], timeout=self.read_timeout)
         gpus = [self._gpu_result(reader, future) for reader, future in pending.items()]
         if self._pods is not None:
-            for gpu in gpus:
-                workload = self._pods.owner(gpu["uuid"])
+            # The device plugin hands out MIG devices by their own UUIDs (MIG-...).
+            for device in [*gpus, *(instance for gpu in gpus for instance in gpu.get("mig") or ())]:
+                workload = self._pods.owner(device["uuid"])
                 if workload is not None:  # absent, not null, where no pod holds it: as the dcgm source
-                    gpu["k8s"] = workload
+                    device["k8s"] = workload
         sample = {"v": SCHEMA_VERSION, "node": self.node_name, "ts": ts, "interval": self.interval,
                   "gpus": gpus, "host": host, "system": dict(self.system)}
         if self.sysfs is not None:

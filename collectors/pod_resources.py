@@ -6,9 +6,10 @@ the node with its containers and the devices each container was given. For
 ``nvidia.com/gpu`` the NVIDIA device plugin's device ids are the GPU UUIDs NVML
 reports (``GPU-<uuid>``; ``GPU-<uuid>::<n>`` for the n-th replica of a
 time-sliced GPU), so a GPU maps to the container that holds it even while it
-runs nothing, which no process list can tell. Device ids of any other form (a
-MIG instance's ``MIG-<uuid>``, the plugin's index strategy, other devices)
-match no GPU and are left out.
+runs nothing, which no process list can tell. A MIG instance's id is its
+UUID as NVML reports it (``MIG-<uuid>``, resource ``nvidia.com/mig-1g.10gb``
+and the like): it maps to that instance of the sample's ``mig`` list. Device
+ids of any other form (the plugin's index strategy, other devices) are left out.
 
 Pods change rarely and the kubelet may be slow or restarting: a background
 thread asks every REFRESH seconds with a DEADLINE, and a sample reads the last
@@ -73,8 +74,8 @@ _CLASSES = _message_classes()
 ListPodResourcesRequest = _CLASSES["ListPodResourcesRequest"]
 ListPodResourcesResponse = _CLASSES["ListPodResourcesResponse"]
 
-# The NVIDIA device plugin's id of a whole GPU: its UUID, and "::<replica>" when time-sliced.
-GPU_DEVICE_ID = re.compile(rf"(GPU-{UUID})(?:::\d{{1,4}})?")
+# The NVIDIA device plugin's id of a whole GPU or a MIG instance: its UUID, and "::<replica>" when time-sliced.
+GPU_DEVICE_ID = re.compile(rf"((?:GPU|MIG)-{UUID})(?:::\d{{1,4}})?")
 # Kubernetes' own rules: a pod name is a DNS subdomain, a namespace and a container name DNS labels.
 _LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _SUBDOMAIN = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")

@@ -23,7 +23,8 @@ them. A job first loads (low utilization, part of its memory), then:
 - ``STALLED``: a training job on one or two GPUs whose data loader stalls:
   about 2 minutes "busy", then about 3 minutes at 0-2 %, over and over, for
   hours. Busy is tiny kernels waiting on data: 92-99 % utilization while
-  5-15 % of the SMs work ("kernels run, SMs idle"). One starts with the
+  3-9 % of the SMs work ("kernels run, SMs idle"; below the 10 % of
+  GPULSE_BUSY_SM_ACTIVITY, so its GPU-hours count as idle). One starts with the
   fleet, on a random node; later ones are rare.
 - ``NOTEBOOK``: dana's forgotten Jupyter, open since the fleet started on
   GPU NOTEBOOK_GPU of its first node, holding NOTEBOOK_MEM at 0 % forever
@@ -35,6 +36,20 @@ within those ranges, and the readings scale with its utilization: training
 keeps its tensor pipes half busy, evaluation less, the stalled loader and the
 notebook next to nothing; an idle GPU reads 0. Every model reports them, as
 DCGM's profiling fields would (through NVML's GPM, only the H100 would).
+
+MIG
+---
+One node (``mig_node``; none by default, never the notebook's) has H100s in
+MIG mode whose instances take MIG_LAYOUTS in turn, reported as the nvml source
+reports them (gpulse.schema, "mig"). Each instance runs one job at a time (one
+process): ``TRAIN`` (a single-GPU fine-tune), ``EVAL`` or, rarely,
+``STALLED``, as the kinds above, within the instance's memory; an idle
+instance has no process and reads 0 activity. MIG_BUSY_AT_START of them run
+a job when the fleet starts, and the last instance of its first GPU starts as
+a stalled loader. The boards have no ``util`` or ``mem_util`` (NVML answers
+NOT_SUPPORTED in MIG mode), carry their instances' processes, and draw power,
+heat and clock from the sum of their instances' load, each weighted by its
+share of the 7 slices, as their activity is; MIG has no NVLink traffic.
 
 Faults
 ------
@@ -155,7 +170,7 @@ EVAL = JobKind(("python eval.py --checkpoint ckpt/latest --tasks mmlu,gsm8k",
                 "python eval.py --checkpoint ckpt/best --tasks hellaswag"),
                (120, 480), (10, 30), (40, 70), None, ((0.55, 0.80), (0.15, 0.35), (0.25, 0.50)))
 STALLED = JobKind(("python train.py --config resnet50.yaml --data /nfs/imagenet --num-workers 2",),
-                  (3600, 4 * 3600), (15, 60), (92, 99), "stalls", ((0.05, 0.15), (0.0, 0.03), (0.02, 0.06)))
+                  (3600, 4 * 3600), (15, 60), (92, 99), "stalls", ((0.03, 0.09), (0.0, 0.03), (0.02, 0.06)))
 NOTEBOOK = JobKind(("jupyter-lab --no-browser --port 8888",), None, (0, 0), (0, 0), None, ((0, 0), (0, 0), (0, 0)))
 
 USERS = ("alice", "bob", "carol", "dmitri", "eun-ji", "farah", "gustavo", "hiro")
@@ -187,6 +202,37 @@ DEGRADED_PCIE_WIDTH = 8
 
 # The activity readings the fleet reports (gpulse.schema.ACTIVITY_METRICS); the others are absent, so null.
 ACTIVITY_READINGS = ("sm_active", "tensor_active", "dram_active")
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    name: str  # as nvidia-smi -L shows it (gpulse.schema's "profile")
+    slices: int  # of the GPU's MIG_SLICES compute slices
+    mem_total: int  # bytes, as nvidia-smi -q shows the MIG device's FB memory total
+
+
+MIG_MODEL = MODELS[0]  # the MIG node's GPUs, whatever model its place in the fleet would give it
+MIG_SLICES = 7  # compute slices of an H100
+# An H100 80GB HBM3's profiles (nvidia-smi mig -lgip: 9.75, 19.62 and 39.50 GiB).
+MIG_1G = MigProfile("1g.10gb", 1, 9984 * MiB)
+MIG_2G = MigProfile("2g.20gb", 2, 20096 * MiB)
+MIG_3G = MigProfile("3g.40gb", 3, 40448 * MiB)
+MIG_4G = MigProfile("4g.40gb", 4, 40448 * MiB)
+# The MIG node's GPUs take these layouts in turn: (GPU instance id, profile) of each instance, one compute
+# instance (id 0) each, every layout using all 7 slices.
+MIG_LAYOUTS = (
+    ((1, MIG_3G), (5, MIG_2G), (13, MIG_1G), (14, MIG_1G)),
+    ((1, MIG_3G), (5, MIG_2G), (13, MIG_1G), (14, MIG_1G)),
+    tuple((gpu_instance, MIG_1G) for gpu_instance in range(7, 14)),
+    ((1, MIG_4G), (2, MIG_3G)),
+)
+# Memory an instance with no process shows used (nvidia-smi: "13MiB / 9984MiB").
+MIG_RESERVED_MEM = 13 * MiB
+MIG_TRAIN_SHARE = 0.35  # of the jobs started on an instance: single-GPU fine-tunes; the rest evaluations
+MIG_BUSY_AT_START = 0.7  # of the instances, running a job when the fleet starts
+# Of the jobs found running then: training lasts hours, evaluations minutes, so most running ones train.
+MIG_TRAIN_SHARE_AT_START = 0.85
+MIG_STALLED_INSTANCE = -1  # the instance of the MIG node's first GPU whose loader stalls from the start
 _THERMAL_HW_BITS = REASON_BITS["hw_thermal_slowdown"] | REASON_BITS["hw_slowdown"]
 _UUID_NAMESPACE = uuid.UUID("5f1c1a52-3a34-4c1b-9b87-6f0e2f61a7a1")
 
@@ -230,6 +276,30 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+class _MigInstances:
+    """The MIG node's instances, all of its GPUs' in one list: where each sits, what it is, what it runs."""
+
+    def __init__(self, node: int, node_name: str, gpus: int, first_slot: int):
+        self.node = node
+        placed = [(gpu, gpu_instance, profile) for gpu in range(gpus)
+                  for gpu_instance, profile in MIG_LAYOUTS[gpu % len(MIG_LAYOUTS)]]
+        self.gpu = np.array([gpu for gpu, _, _ in placed])
+        # Its share of its GPU: what it adds to the board's load, power and activity.
+        self.share = np.array([profile.slices / MIG_SLICES for _, _, profile in placed])
+        self.mem_total = np.array([profile.mem_total for _, _, profile in placed], dtype=float)
+        self.identity = [{"gpu_instance": gpu_instance, "compute_instance": 0, "profile": profile.name,
+                          "uuid": f"MIG-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/{gpu}/{gpu_instance}')}",
+                          "mem_total": profile.mem_total} for gpu, gpu_instance, profile in placed]
+        self.by_gpu = [[k for k, (on, _, _) in enumerate(placed) if on == gpu] for gpu in range(gpus)]
+        self.first_slot = first_slot  # instance k's job lives in slot first_slot + k
+        self.slot = np.full(len(placed), -1, dtype=np.int64)  # -1: no job
+        self.processes: list[dict | None] = [None] * len(placed)  # its job's process, without mem_used
+
+    def free(self, gpu_gone: np.ndarray) -> np.ndarray:
+        """Which instances can take a job: none running, their GPU on the bus (``gpu_gone``: per GPU)."""
+        return (self.slot < 0) & ~gpu_gone[self.gpu]
+
+
 class SimulatedFleet:
     """The ``simulated`` source: samples for a whole synthetic fleet per call."""
 
@@ -246,9 +316,11 @@ class SimulatedFleet:
         clock: Callable[[], float] = time.time,
         only: Iterable[str] = (),
         without: Iterable[str] = (),
+        mig_node: str | None = None,
     ):
         """``only`` and ``without`` choose the nodes this fleet sends samples of (every node by default): the
-        demo runs one node as a collector of its own, with that node's own credential, and the rest in one."""
+        demo runs one node as a collector of its own, with that node's own credential, and the rest in one.
+        ``mig_node`` names the node whose H100s run MIG instances (none by default; see MIG above)."""
         if nodes < 1 or gpus_per_node < 1:
             raise ValueError("a fleet needs at least one node and one GPU per node")
         self.interval = interval
@@ -267,6 +339,16 @@ class SimulatedFleet:
         self.published = [name for name in self.node_names if (not only or name in only) and name not in without]
         self._published_index = [self._node_index[name] for name in self.published]
         self.models = [MODELS[i % len(MODELS)] for i in range(nodes)]
+        self._mig: _MigInstances | None = None
+        if mig_node is not None:
+            if mig_node not in self._node_index:
+                raise ValueError(f"the fleet has no node {mig_node} to run MIG (its nodes: {self.node_names[0]} to "
+                                 f"{self.node_names[-1]})")
+            if self._node_index[mig_node] == NOTEBOOK_NODE:
+                raise ValueError(f"{mig_node} holds {NOTEBOOK_USER}'s notebook on a whole GPU; choose another node "
+                                 "to run MIG")
+            self.models[self._node_index[mig_node]] = MIG_MODEL
+            self._mig = _MigInstances(self._node_index[mig_node], mig_node, g, first_slot=n * g)
         self._uuids = [[f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node}/{j}')}" for j in range(g)]
                        for node in self.node_names]
 
@@ -286,8 +368,9 @@ class SimulatedFleet:
         self._power_factor = self.rng.uniform(0.96, 1.04, (n, g))
         self._host_mem_total = per_node("host_mem_total")[:, 0]
 
-        # Jobs live in slots: slot = node * G + first GPU, so a slot never holds two jobs.
-        slots = n * g
+        # Jobs live in slots: slot = node * G + first GPU, so a slot never holds two jobs; the MIG node's
+        # instances' jobs in the slots after those, one per instance.
+        slots = n * g + (0 if self._mig is None else len(self._mig.gpu))
         self._gpu_slot = np.full((n, g), -1, dtype=np.int64)
         self._job_active = np.zeros(slots, dtype=bool)
         self._job_width = np.zeros(slots, dtype=np.int64)
@@ -389,9 +472,14 @@ class SimulatedFleet:
         ecc, lost, missing = per_gpu["ecc"], per_gpu["lost"], per_gpu["gpu_missing"]
         self._ecc_count[self._ecc & ~ecc] = 0
         self._ecc_count[ecc & ~self._ecc] += 1
-        for slot in np.unique(self._gpu_slot[(lost | missing) & ~(self._lost | self._missing)]):
+        gone = (lost | missing) & ~(self._lost | self._missing)
+        for slot in np.unique(self._gpu_slot[gone]):
             if slot >= 0:
                 self._end_job(int(slot), now)
+        if self._mig is not None:
+            for slot in self._mig.slot[gone[self._mig.node][self._mig.gpu]]:
+                if slot >= 0:
+                    self._end_job(int(slot), now)
         self._hot, self._ecc, self._lost, self._missing, self._xid = per_gpu["hot"], ecc, lost, missing, xid
         self._dead = per_node["dead"]
         self._build_constants(per_gpu, per_node)
@@ -416,6 +504,8 @@ class SimulatedFleet:
                 gpu = {"index": j, "uuid": self._uuids[i][j], "name": model.name, "lost": False,
                        "mem_total": model.mem_total, "power_limit": model.power_limit, "mem_clock": model.mem_clock,
                        **healthy[model]}
+                if self._mig is not None and i == self._mig.node:
+                    gpu["mig_enabled"] = True
                 for name, where in faulty.items():
                     if where[i][j]:
                         gpu.update(_READING_FAULTS[name](model))
@@ -433,14 +523,26 @@ class SimulatedFleet:
         self._job_mem_frac[notebook] = NOTEBOOK_MEM / self._mem_total[NOTEBOOK_NODE, 0]
         # Fresh, so every fleet shows a stalling loader for its first hour at least.
         self._schedule_job(int(self.rng.integers(n)), now, STALLED)
+        mig = self._mig
+        if mig is not None and mig.slot[mig.by_gpu[0][MIG_STALLED_INSTANCE]] < 0:
+            self._start_instance_job(mig, mig.by_gpu[0][MIG_STALLED_INSTANCE], STALLED, now)
         for i in range(n):
-            for _ in range(3):  # a whole node's job, or a few smaller ones
-                if self.rng.random() < 0.8:
-                    self._schedule_job(i, now, mid_run=True)
+            if mig is not None and i == mig.node:
+                for instance in np.flatnonzero(mig.slot < 0):
+                    if self.rng.random() < MIG_BUSY_AT_START:
+                        kind = self._instance_job_kind(MIG_TRAIN_SHARE_AT_START)
+                        self._start_instance_job(mig, int(instance), kind, now, mid_run=True)
+            else:
+                for _ in range(3):  # a whole node's job, or a few smaller ones
+                    if self.rng.random() < 0.8:
+                        self._schedule_job(i, now, mid_run=True)
             self._node_next_job[i] = now + self.rng.uniform(10, 300)
 
     def _schedule_job(self, node: int, now: float, kind: JobKind | None = None, mid_run: bool = False) -> None:
         """Start a job of ``kind`` (None: drawn) on the node's free GPUs, if a block it asks for is free."""
+        if self._mig is not None and node == self._mig.node:
+            self._schedule_instance_job(self._mig, now, kind, mid_run)
+            return
         g, rng = self.shape[1], self.rng
         free = (self._gpu_slot[node] < 0) & ~self._lost[node] & ~self._missing[node]
         # The first free aligned block of each width, as a scheduler packs GPUs: whole node, halves, pairs, singles.
@@ -463,12 +565,21 @@ class SimulatedFleet:
 
     def _start_job(self, node: int, first: int, width: int, kind: JobKind, now: float,
                    user: str | None = None, mid_run: bool = False) -> int:
-        rng = self.rng
         slot = node * self.shape[1] + first
+        process, pid = self._begin_job(slot, width, kind, now, user, mid_run)
+        self._gpu_slot[node, first:first + width] = slot
+        # One rank per GPU, as torchrun starts them.
+        for rank in range(width):
+            self._processes[node][first + rank] = {"pid": pid + rank, **process}
+        return slot
+
+    def _begin_job(self, slot: int, width: int, kind: JobKind, now: float, user: str | None,
+                   mid_run: bool) -> tuple[dict, int]:
+        """Draw a job of ``kind`` into ``slot``; return its processes' identity and its first pid."""
+        rng = self.rng
         duration = rng.uniform(*kind.duration) if kind.duration else np.inf
         # A job found running when the fleet starts has done part of its run.
         begun = now - rng.uniform(0.05, 0.95) * duration if mid_run else now
-        self._gpu_slot[node, first:first + width] = slot
         self._job_active[slot] = True
         self._job_width[slot] = width
         self._job_startup_end[slot] = begun + rng.uniform(*kind.startup)
@@ -493,25 +604,51 @@ class SimulatedFleet:
         process = {"name": cmd.split()[0], "user": user or USERS[rng.integers(len(USERS))],
                    "job": str(self._next_job_id), "step": "0", "cmd": cmd}
         self._next_job_id += 1
-        pid = int(rng.integers(2_000, 4_000_000))
-        # One rank per GPU, as torchrun starts them.
-        for rank in range(width):
-            self._processes[node][first + rank] = {"pid": pid + rank, **process}
-        return slot
+        return process, int(rng.integers(2_000, 4_000_000))
 
     def _end_job(self, slot: int, now: float) -> None:
+        self._job_active[slot] = False
+        if self._mig is not None and slot >= self._mig.first_slot:
+            instance = slot - self._mig.first_slot
+            self._mig.slot[instance] = -1
+            self._mig.processes[instance] = None
+            # Many small instances: the next job comes sooner than to a node's freed GPUs.
+            node = self._mig.node
+            self._node_next_job[node] = max(self._node_next_job[node], now + self.rng.uniform(10, 120))
+            return
         node, first = divmod(slot, self.shape[1])
         width = int(self._job_width[slot])
         self._gpu_slot[node, first:first + width] = -1
         self._processes[node][first:first + width] = [None] * width
-        self._job_active[slot] = False
         self._node_next_job[node] = max(self._node_next_job[node], now + self.rng.uniform(30, 900))
+
+    def _schedule_instance_job(self, mig: _MigInstances, now: float, kind: JobKind | None, mid_run: bool) -> None:
+        """Start a job of ``kind`` (None: drawn) on a free MIG instance, if one is free: one process each."""
+        free = np.flatnonzero(mig.free(self._lost[mig.node] | self._missing[mig.node]))
+        if not free.size:
+            return
+        instance = int(free[self.rng.integers(free.size)])
+        self._start_instance_job(mig, instance, self._instance_job_kind() if kind is None else kind, now, mid_run)
+
+    def _instance_job_kind(self, train_share: float = MIG_TRAIN_SHARE) -> JobKind:
+        draw = self.rng.random()
+        return TRAIN if draw < train_share else STALLED if draw >= 1 - STALLED_SHARE else EVAL
+
+    def _start_instance_job(self, mig: _MigInstances, instance: int, kind: JobKind, now: float,
+                            mid_run: bool = False) -> None:
+        slot = mig.first_slot + instance
+        process, pid = self._begin_job(slot, 1, kind, now, None, mid_run)
+        mig.slot[instance] = slot
+        mig.processes[instance] = {"pid": pid, **process}
 
     def _schedule(self, now: float) -> None:
         for slot in np.flatnonzero(self._job_active & (self._job_end <= now)):
             self._end_job(int(slot), now)
-        has_free = ((self._gpu_slot < 0) & ~self._lost & ~self._missing).any(axis=1)
-        for node in np.flatnonzero(has_free & (self._node_next_job <= now)):
+        usable = ~self._lost & ~self._missing
+        free = (self._gpu_slot < 0) & usable
+        if self._mig is not None:  # its GPUs take no whole-GPU job: it is free while an instance is
+            free[self._mig.node] = self._mig.free(~usable[self._mig.node]).any()
+        for node in np.flatnonzero(free.any(axis=1) & (self._node_next_job <= now)):
             self._schedule_job(int(node), now)
             self._node_next_job[node] = now + self.rng.uniform(10, 300)
         # Pauses of the running jobs: a training job's checkpoint (near idle) and evaluation (half
@@ -538,30 +675,38 @@ class SimulatedFleet:
         self._last_t = now
         self._apply_faults(now)
         self._schedule(now)
-        return self._render(now, self._step(now, dt))
+        return self._render(now, *self._step(now, dt))
 
-    def _step(self, now: float, dt: float) -> dict[str, np.ndarray]:
-        """Advance the physics by dt seconds; return this step's readings as arrays."""
+    def _step(self, now: float, dt: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+        """Advance the physics by dt seconds; return this step's readings as arrays, and the MIG instances'
+        (None: no MIG node)."""
         rng, shape = self.rng, self.shape
         slot_of = self._gpu_slot
         active = slot_of >= 0
         slot = np.where(active, slot_of, 0)
-        startup = active & (now < self._job_startup_end[slot])
-        in_dip = active & ~startup & (now < self._job_dip_end[slot])
         noise = rng.standard_normal((4, *shape))
-
-        # Noise in proportion to the level, so a stalled loader stays at 0-2 % and an idle notebook at 0.
-        level = np.where(in_dip, self._job_dip_util[slot], self._job_busy_util[slot])
-        target = np.where(startup, 25.0 + 8.0 * noise[0], level * (1.0 + np.where(in_dip, 0.1, 0.03) * noise[0]))
-        util = np.where(active, np.clip(np.rint(target), 0, 100), 0.0)
+        util, startup = self._utilization(now, slot, active, noise[0])
         load = util / 100.0
 
-        job_mem = np.floor(self._job_mem_frac[slot] * np.where(startup, 0.3, 1.0) * self._mem_total / MiB) * MiB
-        mem_used = np.where(active, RESERVED_MEM + job_mem, RESERVED_MEM)
-        mem_used = np.minimum(mem_used, self._mem_total)
+        mem_used = self._job_memory(slot, active, startup, self._mem_total, RESERVED_MEM)
         mem_util = np.clip(np.rint(util * self._job_mem_util[slot] * (1.0 + 0.05 * noise[1])), 0, 100)
+        power_draw = np.where(active, self._job_power[slot], 1.0)  # of the power limit, at full load
+        loading = np.where(startup, 0.4, self._job_pcie[slot] * load)  # of the PCIe bandwidth, at full load
+        collective = np.where(active & ~startup, self._nvlink_bw * self._job_nvlink[slot] * load, 0.0)
+        # Loading runs no tensor math yet; an idle GPU reads 0 (its load is 0).
+        activity = np.round(self._job_activity[:, slot] * load, 3)
+        activity[1][startup] = 0.0
 
-        peak = self._limit * np.where(active, self._job_power[slot], 1.0) * self._power_factor
+        instances = None
+        if self._mig is not None:
+            # The MIG node's boards carry the sum of their instances' work; NVLink idles (MIG has no peer access).
+            instances = self._instance_step(self._mig, now)
+            m = self._mig.node
+            active[m], load[m], power_draw[m] = instances["gpu_active"], instances["gpu_load"], instances["gpu_draw"]
+            mem_used[m] = np.minimum(RESERVED_MEM + instances["gpu_mem_used"], self._mem_total[m])
+            loading[m], collective[m], activity[:, m] = instances["gpu_loading"], 0.0, instances["gpu_activity"]
+
+        peak = self._limit * power_draw * self._power_factor
         demand = self._idle_power * self._power_factor + (peak - self._idle_power) * load + noise[2]
         capped = demand >= self._limit * 0.995
         # A capped board hovers just under its limit, never above it.
@@ -593,13 +738,9 @@ class SimulatedFleet:
                     | np.where(hw_thermal, _THERMAL_HW_BITS, 0))
 
         jitter = rng.uniform(0.85, 1.15, (4, *shape))
-        loading = np.where(startup, 0.4, self._job_pcie[slot] * load)
         pcie_rx = np.where(active, self._pcie_bw * loading * jitter[0], rng.uniform(0, 3e5, shape))
         pcie_tx = np.where(active, self._pcie_bw * loading * 0.25 * jitter[1], rng.uniform(0, 1e5, shape))
-        collective = np.where(active & ~startup, self._nvlink_bw * self._job_nvlink[slot] * load, 0.0)
-        # Loading runs no tensor math yet; an idle GPU reads 0 (its load is 0).
-        sm_active, tensor_active, dram_active = np.round(self._job_activity[:, slot] * load, 3)
-        tensor_active[startup] = 0.0
+        sm_active, tensor_active, dram_active = activity
 
         if self._ecc.any():
             self._ecc_count += self._ecc & (rng.random(shape) < ECC_ERRORS_PER_SECOND * dt)
@@ -619,9 +760,52 @@ class SimulatedFleet:
             "cpu_util": np.round(np.clip(3 + 55 * active_share + rng.normal(0, 2, shape[0]), 0, 100), 1),
             "host_mem": np.rint(self._host_mem_total * (0.05 + 0.45 * active_share)),
         })
-        return readings
+        return readings, instances
 
-    def _render(self, now: float, r: dict[str, np.ndarray]) -> list[dict]:
+    def _utilization(self, now: float, slot: np.ndarray, active: np.ndarray,
+                     noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The utilization (%) of the jobs in ``slot`` where ``active``, and which of them are still loading."""
+        startup = active & (now < self._job_startup_end[slot])
+        in_dip = active & ~startup & (now < self._job_dip_end[slot])
+        # Noise in proportion to the level, so a stalled loader stays at 0-2 % and an idle notebook at 0.
+        level = np.where(in_dip, self._job_dip_util[slot], self._job_busy_util[slot])
+        target = np.where(startup, 25.0 + 8.0 * noise, level * (1.0 + np.where(in_dip, 0.1, 0.03) * noise))
+        return np.where(active, np.clip(np.rint(target), 0, 100), 0.0), startup
+
+    def _job_memory(self, slot: np.ndarray, active: np.ndarray, startup: np.ndarray, total: np.ndarray,
+                    reserved: int) -> np.ndarray:
+        """Memory used (bytes) of devices of ``total`` bytes: ``reserved``, and the job's while one runs
+        (a part of it while loading)."""
+        job_mem = np.floor(self._job_mem_frac[slot] * np.where(startup, 0.3, 1.0) * total / MiB) * MiB
+        return np.minimum(np.where(active, reserved + job_mem, reserved), total)
+
+    def _instance_step(self, mig: _MigInstances, now: float) -> dict[str, np.ndarray]:
+        """The MIG instances' memory and activity, and what they add up to on each of their GPUs."""
+        active = mig.slot >= 0
+        slot = np.where(active, mig.slot, 0)
+        util, startup = self._utilization(now, slot, active, self.rng.standard_normal(active.size))
+        load = util / 100.0
+        mem_used = self._job_memory(slot, active, startup, mig.mem_total, MIG_RESERVED_MEM)
+        activity = np.round(self._job_activity[:, slot] * load, 3)
+        activity[1][startup] = 0.0
+
+        def per_gpu(values: np.ndarray) -> np.ndarray:
+            return np.bincount(mig.gpu, weights=values, minlength=self.shape[1])
+
+        board_load = per_gpu(mig.share * load)
+        return {
+            "mem_used": mem_used.astype(np.int64), "activity": activity,
+            "gpu_active": per_gpu(active.astype(float)) > 0,
+            "gpu_load": board_load,
+            # The jobs' power draw, weighted by the load each puts on the board.
+            "gpu_draw": np.where(board_load > 0, per_gpu(mig.share * load * self._job_power[slot])
+                                 / np.maximum(board_load, 1e-9), 1.0),
+            "gpu_mem_used": per_gpu(mem_used),
+            "gpu_loading": per_gpu(mig.share * np.where(startup, 0.4, self._job_pcie[slot] * load)),
+            "gpu_activity": np.round(np.stack([per_gpu(mig.share * row) for row in activity]), 3),
+        }
+
+    def _render(self, now: float, r: dict[str, np.ndarray], instances: dict[str, np.ndarray] | None) -> list[dict]:
         """Turn the arrays into version-1 samples.
 
         Whole arrays become lists first and each node's columns are zipped: per-GPU
@@ -630,6 +814,7 @@ class SimulatedFleet:
         columns = [r[name].tolist() for name in _COLUMNS]
         cpu_util, host_mem = r["cpu_util"].tolist(), r["host_mem"].astype(np.int64).tolist()
         nulls = [None] * self.shape[1]
+        mig = self._mig
         samples = []
         for i in self._published_index:
             node = self.node_names[i]
@@ -657,14 +842,37 @@ class SimulatedFleet:
                     "pcie_tx": pcie_tx, "pcie_rx": pcie_rx, "nvlink_tx": nvlink_tx, "nvlink_rx": nvlink_rx,
                     "energy": energy,
                     "sm_active": sm_active, "tensor_active": tensor_active, "dram_active": dram_active,
-                    "processes": [] if process is None else [{**process, "mem_used": mem_used - RESERVED_MEM}],
+                    # the GPU's one process has all of its utilization (nvml: nvmlDeviceGetProcessUtilization)
+                    "processes": [] if process is None else [{**process, "mem_used": mem_used - RESERVED_MEM,
+                                                              "sm_util": util, "mem_util": mem_util}],
                 })
+            if mig is not None and instances is not None and i == mig.node:
+                self._add_instances(mig, gpus, instances)
             samples.append({
                 "v": SCHEMA_VERSION, "node": node, "ts": now, "interval": self.interval, "gpus": gpus,
                 "host": {"cpu_util": cpu_util[i], "mem_used": host_mem[i], "mem_total": model.host_mem_total},
                 "system": self._system[i], "ib": self._ib[i],
             })
         return samples
+
+    @staticmethod
+    def _add_instances(mig: _MigInstances, gpus: list[dict], readings: dict[str, np.ndarray]) -> None:
+        """Give the MIG node's GPUs their instances, as the nvml source reports a GPU in MIG mode: no util
+        (NVML answers NOT_SUPPORTED), and the instances' processes as the GPU's."""
+        mem_used = readings["mem_used"].tolist()
+        activity = [dict(zip(ACTIVITY_READINGS, values, strict=True)) for values in readings["activity"].T.tolist()]
+        for gpu in gpus:
+            if gpu["lost"]:
+                continue
+            instances = []
+            for k in mig.by_gpu[gpu["index"]]:
+                process = mig.processes[k]
+                instances.append({
+                    **mig.identity[k], "mem_used": mem_used[k], **activity[k],
+                    "processes": [] if process is None else [{**process, "mem_used": mem_used[k] - MIG_RESERVED_MEM}],
+                })
+            gpu.update(util=None, mem_util=None, mig=instances,
+                       processes=[process for instance in instances for process in instance["processes"]])
 
     def close(self) -> None:
         """Nothing to release: the fleet is in memory."""

@@ -17,8 +17,9 @@ null reading is left out. ``gpulse_health_check`` is 1 for each finding
 otherwise, so its series are bounded by what is wrong, not by GPUs × checks.
 
 Usage (gpulse/usage.py): ``gpulse_gpu_allocated`` and ``gpulse_gpu_busy``
-(allocated and at or above GPULSE_BUSY_UTIL; absent while allocated without a
-utilization) carry the GPU's current owner as ``user`` and ``job`` labels: one
+(allocated and its SM activity at or above GPULSE_BUSY_SM_ACTIVITY where reported,
+else its utilization at or above GPULSE_BUSY_UTIL; absent while allocated without
+either) carry the GPU's current owner as ``user`` and ``job`` labels: one
 series per GPU at a time, a new one when its owner changes.
 """
 
@@ -41,8 +42,10 @@ from dashboard.alerts.models import STATUSES, Transition
 from dashboard.benchmarks.models import BenchmarkJob
 from dashboard.health.node_health import NodeHealth
 from dashboard.health.reading import read_health
+from dashboard.healthz.checks import read_heartbeat
 from dashboard.live.cluster import read_cluster
-from dashboard.live.health import read_heartbeat
+from dashboard.longterm.metrics import remote_write_families
+from dashboard.mig_metrics import MIG_NAMES, mig_families
 from dashboard.reliability.metrics import reliability_families
 from gpulse.health import VERDICT_LEVEL
 from gpulse.job_status import JobStatus
@@ -123,13 +126,16 @@ OTHER_METRICS = (
     "gpulse_alert_proposals_failed_total",
     "gpulse_incidents_total",
     "gpulse_node_mtbf_seconds",
+    "gpulse_remote_write_samples_total",
+    "gpulse_remote_write_rounds_skipped_total",
+    "gpulse_remote_write_buffered_samples",
 )
 # Every series name /metrics can export (the Grafana dashboard's test checks against it).
 EXPORTED_NAMES = (frozenset(name for name, _, _ in GPU_GAUGES.values())
-                  | {f"{ECC_COUNTER}_total", f"{ENERGY_COUNTER}_total"} | frozenset(OTHER_METRICS))
+                  | {f"{ECC_COUNTER}_total", f"{ENERGY_COUNTER}_total"} | frozenset(OTHER_METRICS) | MIG_NAMES)
 
 
-def gpu_families(nodes: list[dict], busy_util: float):
+def gpu_families(nodes: list[dict], busy_util: float, busy_sm_activity: float):
     gauges = {field: GaugeMetricFamily(name, f"{_DESCRIPTIONS[field]} ({unit})", labels=GPU_LABELS)
               for field, (name, _, unit) in GPU_GAUGES.items()}
     ecc = CounterMetricFamily(ECC_COUNTER, f"{_DESCRIPTIONS['ecc_uncorrected']}; restarts at 0 when the driver reloads",
@@ -142,8 +148,10 @@ def gpu_families(nodes: list[dict], busy_util: float):
                                  "the driver reloads", labels=GPU_LABELS)
     allocated = GaugeMetricFamily("gpulse_gpu_allocated", "1 while a process or a Kubernetes pod holds the GPU; "
                                   "user and job: its owner's (\"\" where unknown)", labels=[*GPU_LABELS, "user", "job"])
-    busy = GaugeMetricFamily("gpulse_gpu_busy", f"1 while allocated and its utilization is at or above {busy_util:g} "
-                             "% (GPULSE_BUSY_UTIL); user and job: its owner's", labels=[*GPU_LABELS, "user", "job"])
+    busy = GaugeMetricFamily("gpulse_gpu_busy", f"1 while allocated and its SM activity is at or above "
+                             f"{busy_sm_activity:g} % (GPULSE_BUSY_SM_ACTIVITY) where reported, else its utilization "
+                             f"at or above {busy_util:g} % (GPULSE_BUSY_UTIL); user and job: its owner's",
+                             labels=[*GPU_LABELS, "user", "job"])
     for node in nodes:
         if node["status"] != UP:
             continue
@@ -164,7 +172,7 @@ def gpu_families(nodes: list[dict], busy_util: float):
                 energy.add_metric(labels, gpu["energy"] / 1000)
             if gpu.get("lost"):
                 continue  # no readings, no processes: whether it is held is unknown
-            idle = is_idle_allocated(gpu, busy_util)
+            idle = is_idle_allocated(gpu, busy_util, busy_sm_activity)
             held = is_allocated(gpu)
             by = [*labels, *owner(gpu)[:2]]
             allocated.add_metric(by, 1 if held else 0)
@@ -285,13 +293,15 @@ class ClusterCollector:
 
     def collect(self):
         nodes = read_cluster()
-        yield from gpu_families(nodes, settings.GPULSE_BUSY_UTIL)
+        yield from gpu_families(nodes, settings.GPULSE_BUSY_UTIL, settings.GPULSE_BUSY_SM_ACTIVITY)
+        yield from mig_families(nodes)
         yield from node_families(nodes)
         yield from health_families(read_health())
         yield from benchmark_families()
         yield from alert_families()
         yield from ingest_families()
         yield from reliability_families()
+        yield from remote_write_families(read_heartbeat())
 
 
 @login_not_required  # Prometheus has no session: the view checks the token itself

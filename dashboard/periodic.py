@@ -1,8 +1,12 @@
 """A daemon thread that runs one database pass every few seconds inside a Celery worker.
 
-Not Celery beat: beat wants exactly one scheduler, so embedding it (`-B`) in
-two workers would run two, and a separate beat service would be one more
-process to keep alive. Passes must be safe to run in several workers at once.
+For passes seconds apart and cheap (the benchmark reaper, the drain sweeper, the planned-drain pass):
+through beat each would be a message every few seconds, and a pass that waits a few seconds behind a
+slow task on the queue is late for what it watches. Running in every worker costs little and needs no
+other process alive. Passes must be safe to run in several workers at once.
+
+The retention pass is not one of them: it can take minutes and once an interval across the cluster is
+enough, so it is a Celery task that the one `celery beat` sends (dashboard/retention/tasks.py).
 """
 
 import logging

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from dashboard.benchmarks.consumers import JobConsumer
-from dashboard.live.consumers import ClusterConsumer, NodeConsumer
+from dashboard.nodes.consumers import ClusterConsumer, NodeConsumer
 
 websocket_urlpatterns = [
     path("ws/cluster/", ClusterConsumer.as_asgi()),

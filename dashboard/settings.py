@@ -35,6 +35,8 @@ INSTALLED_APPS = [
     "channels",
     "dashboard.accounts",
     "dashboard.live",
+    "dashboard.nodes",
+    "dashboard.healthz",
     "dashboard.health",
     "dashboard.probes",
     "dashboard.benchmarks",
@@ -44,6 +46,7 @@ INSTALLED_APPS = [
     "dashboard.simulator",
     "dashboard.reliability",
     "dashboard.retention",
+    "dashboard.longterm",
     "axes",
 ]
 
@@ -213,8 +216,9 @@ GPULSE_INGEST_MAX_UNACKED = env_int("GPULSE_INGEST_MAX_UNACKED", 200_000, minimu
 GPULSE_PROBE_LOW_FRACTION = env_float("GPULSE_PROBE_LOW_FRACTION", 0.2)
 # Usage accounting (gpulse/usage.py, dashboard/usage/). Off: ingest keeps no usage (no per-minute
 # sums, energy or idle list) and the usage page says so; for a site that accounts elsewhere, and to
-# measure what accounting costs. A GPU is busy at or above GPULSE_BUSY_UTIL (%); prices default
-# from the environment until set in the admin.
+# measure what accounting costs. A GPU is busy at or above GPULSE_BUSY_SM_ACTIVITY (% SM activity) where
+# it reports SM activity, else at or above GPULSE_BUSY_UTIL (% utilization); prices default from the
+# environment until set in the admin.
 GPULSE_USAGE_ACCOUNTING = env_bool("GPULSE_USAGE_ACCOUNTING", True)
 # Ingest writes the usage this often (seconds; with a rollup write), not at every rollup write:
 # each write is a row per GPU, which at 8,000 GPUs every 5 s was most of what accounting cost.
@@ -223,6 +227,7 @@ GPULSE_USAGE_ACCOUNTING = env_bool("GPULSE_USAGE_ACCOUNTING", True)
 # at 1 Hz) and GPULSE_INGEST_MAX_UNACKED entries.
 GPULSE_USAGE_FLUSH_INTERVAL = env_float("GPULSE_USAGE_FLUSH_INTERVAL", 60.0, minimum=0.1)
 GPULSE_BUSY_UTIL = env_float("GPULSE_BUSY_UTIL", 5.0, minimum=0.0, maximum=100.0)
+GPULSE_BUSY_SM_ACTIVITY = env_float("GPULSE_BUSY_SM_ACTIVITY", 10.0, minimum=0.0, maximum=100.0)
 # Seconds a GPU must stay allocated and idle (same owner) before /usage/, its API and the overview's
 # KPI count it: a checkpoint's dip of a few seconds is not an idle allocation (dashboard/usage/idle.py).
 GPULSE_IDLE_MIN_SECONDS = env_float("GPULSE_IDLE_MIN_SECONDS", 600.0, minimum=0.0)
@@ -239,6 +244,7 @@ GPULSE_INGEST_STAGES = env_list("GPULSE_INGEST_STAGES", [
     "dashboard.reliability.stage.IncidentStage",
     "dashboard.benchmarks.stage.BenchmarkSummaryStage",
     "dashboard.benchmarks.diagnostics_stage.FabricDiagnosticsStage",
+    "dashboard.longterm.stage.RemoteWriteStage",
 ])
 # Seconds a node's clock may differ from Redis' before it is flagged "clock skew"
 # and its samples are placed at their arrival time.
@@ -250,9 +256,10 @@ GPULSE_NODE_FORGET_AFTER = env_float("GPULSE_NODE_FORGET_AFTER", 7 * 86400.0, mi
 # Seconds an ingest consumer with nothing pending may stay idle before it is removed from the group.
 GPULSE_INGEST_CONSUMER_FORGET_AFTER = env_float("GPULSE_INGEST_CONSUMER_FORGET_AFTER", 3600.0, minimum=60.0)
 
-# History retention (dashboard/retention/, docs/retention.md): every GPULSE_RETENTION_INTERVAL seconds each
-# control worker computes the hourly rollups from the minute ones and deletes, in batches, the rows older than
-# each table's retention, in days (0: kept for ever). Minute rows go only once their hour is computed.
+# History retention (dashboard/retention/, docs/retention.md): every GPULSE_RETENTION_INTERVAL seconds the
+# cluster's one `celery beat` sends a pass, and a control worker computes the hourly rollups from the minute
+# ones and deletes, in batches, the rows older than each table's retention, in days (0: kept for ever).
+# Minute rows go only once their hour is computed.
 GPULSE_RETENTION_INTERVAL = env_float("GPULSE_RETENTION_INTERVAL", 300.0, minimum=1.0)
 GPULSE_RETAIN_MINUTES_DAYS = env_int("GPULSE_RETAIN_MINUTES_DAYS", 14, minimum=0)
 GPULSE_RETAIN_HOURS_DAYS = env_int("GPULSE_RETAIN_HOURS_DAYS", 400, minimum=0)
@@ -267,6 +274,28 @@ GPULSE_RETAIN_DELIVERY_ATTEMPTS_DAYS = env_int("GPULSE_RETAIN_DELIVERY_ATTEMPTS_
 GPULSE_RETAIN_AUDIT_DAYS = env_int("GPULSE_RETAIN_AUDIT_DAYS", 400, minimum=0)
 GPULSE_RETAIN_HEALTH_CHANGES_DAYS = env_int("GPULSE_RETAIN_HEALTH_CHANGES_DAYS", 90, minimum=0)
 GPULSE_RETAIN_INCIDENTS_DAYS = env_int("GPULSE_RETAIN_INCIDENTS_DAYS", 730, minimum=0)
+
+# Long-term storage (dashboard/longterm/, docs/long-term-storage.md). With a URL, ingest sends the per-GPU and
+# per-node series of /metrics every GPULSE_REMOTE_WRITE_INTERVAL seconds to a Prometheus remote-write endpoint,
+# keeping at most GPULSE_REMOTE_WRITE_BUFFER_SAMPLES samples while it is away (2,000,000: 2 minutes at 8,000
+# GPUs' 240,000 samples a round, about 80 MB); each request may take GPULSE_REMOTE_WRITE_TIMEOUT seconds.
+GPULSE_REMOTE_WRITE_URL = env_str("GPULSE_REMOTE_WRITE_URL", "")
+GPULSE_REMOTE_WRITE_INTERVAL = env_float("GPULSE_REMOTE_WRITE_INTERVAL", 15.0, minimum=1.0)
+GPULSE_REMOTE_WRITE_BUFFER_SAMPLES = env_int("GPULSE_REMOTE_WRITE_BUFFER_SAMPLES", 2_000_000, minimum=1)
+GPULSE_REMOTE_WRITE_TIMEOUT = env_float("GPULSE_REMOTE_WRITE_TIMEOUT", 10.0, minimum=0.1, maximum=120.0)
+# With a URL (the store's Prometheus API root, as Grafana's data source takes it), the node history reads the
+# ranges older than the local retention from it, waiting GPULSE_HISTORY_PROMQL_TIMEOUT seconds in all.
+GPULSE_HISTORY_PROMQL_URL = env_str("GPULSE_HISTORY_PROMQL_URL", "")
+GPULSE_HISTORY_PROMQL_TIMEOUT = env_float("GPULSE_HISTORY_PROMQL_TIMEOUT", 10.0, minimum=0.1, maximum=120.0)
+# How both authenticate to the store (secrets from the environment only): a bearer token, or a user name and
+# password (basic auth); and the tenant Mimir and Cortex want (X-Scope-OrgID).
+GPULSE_REMOTE_STORE_BEARER_TOKEN = env_str("GPULSE_REMOTE_STORE_BEARER_TOKEN", "")
+GPULSE_REMOTE_STORE_USERNAME = env_str("GPULSE_REMOTE_STORE_USERNAME", "")
+GPULSE_REMOTE_STORE_PASSWORD = env_str("GPULSE_REMOTE_STORE_PASSWORD", "")
+GPULSE_REMOTE_STORE_TENANT = env_str("GPULSE_REMOTE_STORE_TENANT", "")
+# Where the node history (dashboard/nodes/history.py) finds the store's reader: by dotted path, so it imports no
+# feature app.
+GPULSE_HISTORY_STORE_READER = "dashboard.longterm.reading.store_history"
 
 # Benchmarks: where ranks meet (default: the job's first node, by name), the
 # port range to pick from, and the launch rate per user ("count/seconds").

@@ -28,14 +28,15 @@ urlpatterns = [
     path("benchmarks/", include("dashboard.benchmarks.urls")),
     path("api/v1/", include("dashboard.benchmarks.api_urls")),
     path("api/v1/", include("dashboard.alerts.api_urls")),
-    # Before live's, whose nodes/<path:name> would take "n1/health" as a node's name.
+    # Before nodes', whose nodes/<path:name> would take "n1/health" as a node's name.
     path("api/v1/", include("dashboard.health.api_urls")),
-    path("api/v1/", include("dashboard.live.api_urls")),
+    path("api/v1/", include("dashboard.nodes.api_urls")),
     path("api/v1/", include("dashboard.usage.api_urls")),
     path("api/v1/", include("dashboard.reliability.api_urls")),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("usage/", include("dashboard.usage.urls")),
     path("reliability/", include("dashboard.reliability.urls")),
     path("health/", include("dashboard.health.urls")),
-    path("", include("dashboard.live.urls")),
+    path("", include("dashboard.healthz.urls")),
+    path("", include("dashboard.nodes.urls")),
 ]

@@ -13,27 +13,19 @@ timed over whole bursts, taking turns (best of --repeat rounds), in microseconds
     .venv/bin/python -m devtools.bench_parse [--nodes 1000] [--gpus-per-node 8] [--repeat 30] [--json]
 """
 
-import argparse
 import json
-import subprocess
 import time
 import types
-from pathlib import Path
 
-from collectors.simulated import SimulatedFleet
+from devtools.fleet_burst import burst_arguments, one_burst
+from devtools.git_source import module_at
 from gpulse import schema
-
-ROOT = Path(__file__).resolve().parent.parent
 
 BEFORE = "ece1447"  # the last commit before gpulse.schema.validate
 
 
 def schema_before() -> types.ModuleType:
-    source = subprocess.run(["git", "show", f"{BEFORE}:gpulse/schema.py"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout
-    module = types.ModuleType("schema_before")
-    exec(compile(source, f"{BEFORE}:gpulse/schema.py", "exec"), module.__dict__)
-    return module
+    return module_at(BEFORE, "gpulse/schema.py")
 
 
 def best_per_sample_us(parsers: dict, burst: list[bytes], repeat: int) -> dict:
@@ -50,16 +42,8 @@ def best_per_sample_us(parsers: dict, burst: list[bytes], repeat: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-
-    fleet = SimulatedFleet(args.nodes, args.gpus_per_node, interval=1.0, seed=1)
-    burst = [schema.encode(sample) for sample in fleet.sample()]
-    fleet.close()
+    args = burst_arguments(__doc__.splitlines()[0])
+    burst = [schema.encode(sample) for sample in one_burst(args.nodes, args.gpus_per_node)]
     assert all(schema.read_fast(raw) is not None for raw in burst), "an entry of the burst missed the fast gate"
     old = schema_before()
     timed = best_per_sample_us(

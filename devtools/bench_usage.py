@@ -1,7 +1,9 @@
 """Cost of usage accounting: ingest's extra CPU at 8,000 GPUs, and a 30-day usage query.
 
 ``ingest``: 1,000 nodes of 8 GPUs at 1 Hz, shaped like the simulated fleet
-(most GPUs in whole-node jobs, some shared, some idle-allocated, some free).
+(most GPUs in whole-node jobs, some shared, some idle-allocated, some free);
+with --mig-nodes N, the first N nodes' GPUs in MIG mode instead, each split
+3g + 2g + 1g + 1g, three of the four instances running a job of their own.
 Each simulated second does what ingest does with every sample: the rollups'
 fold, the live idle list, every --flush seconds the database write, and every
 --usage-flush seconds the usage's with it; once with the usage accounting and
@@ -17,7 +19,7 @@ queries (by user, by job, by node, the allocation chart) over the whole range,
 median of --repeat runs. Use PostgreSQL: the database must exist and is
 migrated and emptied of usage rows first.
 
-    .venv/bin/python -m devtools.bench_usage ingest [--nodes 1000] [--seconds 60] [--json]
+    .venv/bin/python -m devtools.bench_usage ingest [--nodes 1000] [--seconds 60] [--mig-nodes 0] [--json]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/gpulse_bench \\
         .venv/bin/python -m devtools.bench_usage query [--days 30] [--nodes 1000] [--json]
 """
@@ -47,10 +49,30 @@ def _gpu(index: int, util: float, owner: tuple[str, str] | None, energy: float) 
             "mem_total": 8.5e10, "temp": 60, "power": 500.0, "energy": energy, "processes": processes}
 
 
-def fleet(nodes: int, gpus: int, second: int) -> list[dict]:
-    """One second of samples: 70 % of nodes in one whole-node job, 20 % shared by two jobs (one idle), 10 % free."""
+# A MIG GPU's instances: (GPU instance id, profile, SM activity), the last one free.
+MIG_LAYOUT = ((1, "3g.40gb", 0.7), (5, "2g.20gb", 0.02), (13, "1g.10gb", 0.4), (14, "1g.10gb", 0.0))
+
+
+def _mig_gpu(node: int, index: int, energy: float) -> dict:
+    instances = []
+    for k, (gpu_instance, profile, sm_active) in enumerate(MIG_LAYOUT):
+        owner = None if k == len(MIG_LAYOUT) - 1 else (USERS[(node + k) % 40], str(70000 + node * 8 + k))
+        instances.append({"gpu_instance": gpu_instance, "compute_instance": 0, "profile": profile,
+                          "uuid": f"MIG-{node}-{index}-{gpu_instance}", "mem_used": 5e9, "mem_total": 1e10,
+                          "sm_active": sm_active, "processes": _gpu(index, 0.0, owner, energy)["processes"]})
+    return {**_gpu(index, 0.0, None, energy), "util": None, "mig_enabled": True, "mig": instances,
+            "processes": [p for instance in instances for p in instance["processes"]]}
+
+
+def fleet(nodes: int, gpus: int, second: int, mig_nodes: int = 0) -> list[dict]:
+    """One second of samples: 70 % of nodes in one whole-node job, 20 % shared by two jobs (one idle), 10 % free;
+    the first ``mig_nodes`` nodes' GPUs in MIG mode instead (MIG_LAYOUT)."""
     samples = []
     for n in range(nodes):
+        if n < mig_nodes:
+            samples.append({"v": 1, "node": f"node-{n:04d}", "ts": 1_800_000_030.0 + second, "interval": 1.0,
+                            "gpus": [_mig_gpu(n, g, 1e12 + 500_000.0 * second) for g in range(gpus)]})
+            continue
         kind = n % 10
         owners: list[tuple[str, str] | None] = []
         if kind < 7:
@@ -66,7 +88,7 @@ def fleet(nodes: int, gpus: int, second: int) -> list[dict]:
     return samples
 
 
-def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int, usage_flush: int) -> dict:
+def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int, usage_flush: int, mig_nodes: int = 0) -> dict:
     from django.core.management import call_command
 
     from dashboard.live import rollups
@@ -77,7 +99,7 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int, usage_flush: i
     from dashboard.live.frames import gpu_row
     from gpulse.keys import INGEST_GROUP, Keys
 
-    batches = [fleet(nodes, gpus, s) for s in range(seconds)]
+    batches = [fleet(nodes, gpus, s, mig_nodes) for s in range(seconds)]
     # The frame rows ingest makes of every sample anyway (their allocation flags cost ~60 ns a GPU more).
     rows = [[[gpu_row(gpu) for gpu in sample["gpus"]] for sample in batch] for batch in batches]
 
@@ -109,7 +131,7 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int, usage_flush: i
         without.append(run(False))
         with_.append(run(True))
     base, total = min(without), min(with_)
-    return {"nodes": nodes, "gpus": nodes * gpus, "seconds": seconds,
+    return {"nodes": nodes, "gpus": nodes * gpus, "mig_gpus": min(mig_nodes, nodes) * gpus, "seconds": seconds,
             "flush_every_s": flush, "usage_flush_every_s": usage_flush,
             "database": django.db.connection.vendor, "cpu_ms_per_s_without_usage": round(base, 2),
             "cpu_ms_per_s_with_usage": round(total, 2), "usage_adds_ms_per_s": round(total - base, 2)}
@@ -128,8 +150,8 @@ def generate_rows(days: int, nodes: int) -> int:
     end = int(time.time()) // 3600 * 3600
     start = end - days * 86400
     rows = 0
-    hour_columns = ("hour", "node", "model", "user", "job", "pod", "samples", "seconds", "allocated_seconds",
-                    "busy_seconds", "energy_j")
+    hour_columns = ("hour", "node", "model", "user", "job", "pod", "mig_profile", "samples", "seconds",
+                    "allocated_seconds", "busy_seconds", "sm_activity_seconds", "energy_j")
     with connection.cursor() as cursor:
         listed = ", ".join(map(connection.ops.quote_name, hour_columns))  # "user" is a keyword in PostgreSQL
         with cursor.cursor.copy(f"COPY {UsageHour._meta.db_table} ({listed}) FROM STDIN") as copy:
@@ -146,15 +168,16 @@ def generate_rows(days: int, nodes: int) -> int:
                         seconds = gpus * 3600.0
                         allocated = seconds if user else 0.0
                         busy = allocated * rng.uniform(0.5, 1.0)
-                        copy.write_row((at, node, H100, user, job_id, "", gpus * 3600, seconds, allocated, busy,
-                                        seconds * 450.0))
+                        # H100s report SM activity: it judges all their allocated time
+                        copy.write_row((at, node, H100, user, job_id, "", "", gpus * 3600, seconds, allocated, busy,
+                                        allocated, seconds * 450.0))
                         rows += 1
         with cursor.cursor.copy(f"COPY {ClusterUsage._meta.db_table} (minute, samples, seconds, allocated_seconds, "
-                                "busy_seconds, energy_j) FROM STDIN") as copy:
+                                "busy_seconds, sm_activity_seconds, energy_j) FROM STDIN") as copy:
             gpus = nodes * 8
             for minute in range(start, end, 60):
                 copy.write_row((dt.datetime.fromtimestamp(minute, dt.UTC), gpus * 60, gpus * 60.0, gpus * 52.0,
-                                gpus * 40.0, gpus * 60 * 450.0))
+                                gpus * 40.0, gpus * 52.0, gpus * 60 * 450.0))
         cursor.execute(f"ANALYZE {UsageHour._meta.db_table}")
         cursor.execute(f"ANALYZE {ClusterUsage._meta.db_table}")
     return rows
@@ -202,6 +225,7 @@ def main() -> None:
     ingest.add_argument("--seconds", type=int, default=60)
     ingest.add_argument("--flush", type=int, default=5, help="seconds between database writes (ingest's default)")
     ingest.add_argument("--usage-flush", type=int, default=60, help="seconds between writes of the usage (ditto)")
+    ingest.add_argument("--mig-nodes", type=int, default=0, help="nodes whose GPUs are in MIG mode (MIG_LAYOUT)")
     query = sub.add_parser("query")
     query.add_argument("--days", type=int, default=30)
     query.add_argument("--nodes", type=int, default=1000)
@@ -214,7 +238,8 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
     django.setup()
     if args.what == "ingest":
-        result = bench_ingest(args.nodes, args.gpus_per_node, args.seconds, args.flush, args.usage_flush)
+        result = bench_ingest(args.nodes, args.gpus_per_node, args.seconds, args.flush, args.usage_flush,
+                              args.mig_nodes)
     else:
         result = bench_query(args.days, args.nodes, args.repeat)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from devtools.lifetime import die_with_parent
-from devtools.stack import ROOT, Stack
+from devtools.stack import ROOT, Stack, sim_node_names
 
 
 def main() -> int:
@@ -15,13 +15,17 @@ def main() -> int:
     # Each demo keeps its database and Redis files under its own port, so two
     # demos on different ports never share state.
     state_dir = ROOT / ".demo" / str(port)
+    sim_nodes = int(os.environ.get("GPULSE_SIM_NODES", "4"))
     stack = Stack(
         port=port,
         state_dir=state_dir,
         redis_url=os.environ.get("REDIS_URL") or None,
         database_url=os.environ.get("DATABASE_URL") or None,
-        sim_nodes=int(os.environ.get("GPULSE_SIM_NODES", "4")),
+        sim_nodes=sim_nodes,
         sim_gpus=int(os.environ.get("GPULSE_SIM_GPUS", "8")),
+        # The last node's H100s run MIG instances (collectors/simulated.py); GPULSE_SIM_MIG_NODE= (empty): none.
+        sim_mig_node=os.environ.get("GPULSE_SIM_MIG_NODE", sim_node_names(sim_nodes)[-1] if sim_nodes > 1 else "")
+        or None,
     )
     stopping = threading.Event()
     # SIGTERM when `make` dies: make does not pass its own SIGTERM on to the recipe.

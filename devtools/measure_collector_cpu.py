@@ -12,7 +12,14 @@ collector's user + system time over the measured window, in percent of one
 core. Probes are off (--probe-interval 0): they run every 10 minutes in
 processes of their own.
 
+--processes N puts N processes on each fake GPU (live processes of this
+machine, so their owners are read as a real GPU's are). With --mig, each fake
+GPU is in MIG mode with 7 instances (1g.10gb, the most an H100 holds), each
+running one of those processes (--processes 7 by default): compare with
+--processes 7 alone for what MIG itself costs.
+
     .venv/bin/python -m devtools.measure_collector_cpu [--gpus 8] [--interval 1] [--duration 60] [--json]
+        [--processes N] [--mig]
     python -m devtools.measure_collector_cpu --driver real [--duration 60] [--json]
 """
 
@@ -42,12 +49,27 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def measure(gpus: int | None, interval: float, duration: float, energy_interval: float | None = None) -> dict:
+MIG_SLOTS = 7
+
+
+def fake_layout(gpus: int, processes: int, mig: bool) -> dict:
+    """The fake's settings: ``processes`` live processes on each GPU, or with ``mig`` 7 1g.10gb instances
+    each, instance s running process s."""
+    pids = sorted(psutil.pids())[:processes]
+    if not mig:
+        return {"gpus": gpus, "procs": [f"{g}:{pid}:1073741824:c" for g in range(gpus) for pid in pids]}
+    return {"gpus": gpus, "mig": "1:1",
+            "mig_devices": [f"{g}:{s}:{7 + s}:0:1g.10gb" for g in range(gpus) for s in range(MIG_SLOTS)],
+            "procs": [f"{g}:{pid}:1073741824:c:{7 + s}:0" for g in range(gpus) for s, pid in enumerate(pids)]}
+
+
+def measure(gpus: int | None, interval: float, duration: float, energy_interval: float | None = None,
+            processes: int = 0, mig: bool = False) -> dict:
     """The collector's CPU over ``duration``; ``gpus`` fake GPUs, or with None the machine's driver and GPUs."""
     server = EmbeddedRedis().start()
     collector = None
     try:
-        env = None if gpus is None else fake_nvml.subprocess_env(fake_nvml.config(gpus=gpus))
+        env = None if gpus is None else fake_nvml.subprocess_env(fake_nvml.config(**fake_layout(gpus, processes, mig)))
         collector = subprocess.Popen(
             [sys.executable, "-m", "collectors", "--source", "nvml", "--redis-url", server.url,
              "--node-name", "cpu-bench", "--interval", str(interval), "--probe-interval", "0",
@@ -82,6 +104,8 @@ def measure(gpus: int | None, interval: float, duration: float, energy_interval:
         "expected_samples": round(elapsed / interval),
         "rss_mb": round(peak_rss / 2**20, 1),
         "gpus": len(orjson.loads(newest[0][1][b"s"])["gpus"]) if newest else gpus,
+        "mig_instances": sum(len(gpu.get("mig") or ()) for gpu in orjson.loads(newest[0][1][b"s"])["gpus"])
+        if newest else None,
         "driver": "fake" if gpus is not None else "real",
         "interval": interval,
         "duration": round(elapsed, 1),
@@ -97,14 +121,19 @@ def main() -> int:
     parser.add_argument("--duration", type=positive_float, default=60.0, help="seconds measured, after 5 s of start-up")
     parser.add_argument("--energy-interval", type=non_negative_float,
                         help="the collector's --energy-interval (default: the collector's)")
+    parser.add_argument("--processes", type=int, choices=range(MIG_SLOTS + 1), metavar="0-7",
+                        help="processes on each fake GPU (default 0; 7 with --mig)")
+    parser.add_argument("--mig", action="store_true", help="each fake GPU in MIG mode with 7 instances")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    processes = args.processes if args.processes is not None else MIG_SLOTS if args.mig else 0
     result = measure(args.gpus if args.driver == "fake" else None, args.interval, args.duration,
-                     args.energy_interval)
+                     args.energy_interval, processes, args.mig)
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"nvml collector, {result['gpus']} {result['driver']} GPUs every {result['interval']:g} s, "
+        print(f"nvml collector, {result['gpus']} {result['driver']} GPUs ({result['mig_instances']} MIG instances) "
+              f"every {result['interval']:g} s, "
               f"{result['duration']:g} s: "
               f"{result['cpu_percent']:.2f} % of one core ({result['cpu_ms_per_sample']} ms CPU per sample), "
               f"{result['samples']} of {result['expected_samples']} samples written, "

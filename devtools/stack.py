@@ -2,7 +2,7 @@
 
 Redis (embedded unless REDIS_URL is given), the database migrations, the
 web server, ingest, the control and webhook workers (and the scheduler worker
-when GPULSE_SLURM_DRAIN is on) and a simulated fleet — every process stopped
+when GPULSE_SLURM_DRAIN is on), celery beat and a simulated fleet — every process stopped
 again by stop(). The fleet's first node runs as a real GPU node does: a
 collector and a benchmark worker of its own, logged in as its own ACL users
 (node-<name>, nodeworker-<name>) with URLs read from files under the state
@@ -44,6 +44,7 @@ class Stack:
         database_url: str | None = None,
         sim_nodes: int = 4,
         sim_gpus: int = 8,
+        sim_mig_node: str | None = None,
         interval: float = 1.0,
         node_workers: bool = True,
         extra_env: dict | None = None,
@@ -56,6 +57,7 @@ class Stack:
         # The node run the production way (the module's docstring).
         self.own_node = sim_node_names(sim_nodes)[0]
         self.sim_gpus = sim_gpus
+        self.sim_mig_node = sim_mig_node  # the simulated node whose GPUs run MIG instances (None: none)
         self.interval = interval
         self.node_workers = node_workers
         self.extra_env = extra_env or {}
@@ -166,6 +168,12 @@ class Stack:
             "-Q", "control", "-n", f"control-{self.port}@%h", "--pool", "threads", "--concurrency", "4",
             "--without-gossip", "--without-mingle", "-l", "INFO",
         )
+        # The cluster's one beat: it sends the retention pass to the control worker. Its schedule file
+        # lives in the state folder, never in the working tree.
+        self.spawn(
+            "beat", "control", py, "-m", "celery", "-A", "dashboard.control_worker", "beat",
+            "--schedule", str(self.state_dir / "celerybeat-schedule"), "-l", "INFO",
+        )
         self.spawn(
             "webhook-worker", "control", py, "-m", "celery", "-A", "dashboard.control_worker", "worker",
             "-Q", "webhooks", "-n", f"webhooks-{self.port}@%h", "--pool", "threads", "--concurrency", "8",
@@ -203,7 +211,7 @@ class Stack:
                     "--without-gossip", "--without-mingle", "-l", "INFO",
                 )
         fleet = ("--source", "simulated", "--nodes", str(self.sim_nodes), "--gpus-per-node", str(self.sim_gpus),
-                 "--interval", str(self.interval))
+                 "--interval", str(self.interval), *(("--mig-node", self.sim_mig_node) if self.sim_mig_node else ()))
         # The first node's collector writes as node-<name>, which reads nothing: the faults set from the
         # simulator page come through a user that reads only them.
         self.spawn(

@@ -40,6 +40,11 @@ class Keys:
     def node(self, name: str) -> str:
         return f"{self.prefix}node:{name}"
 
+    @property
+    def sm_idle(self) -> str:
+        """JSON {node: [GPU index]}: the GPUs ingest flags "kernels run, SMs idle" (dashboard/activity/stage.py)."""
+        return f"{self.prefix}sm-idle"
+
     def job_events(self, job_id) -> str:
         """The job's control-side stream: only the control host (web, control workers) writes it."""
         return f"{self.prefix}job:{job_id}:events"

@@ -187,7 +187,8 @@ def ingest_user(prefix: str) -> AclUser:
     _check_prefix(prefix)
     p = _pattern(prefix)
     keys = (f"~{p}telemetry:*", f"~{p}node:*", f"~{p}nodes", f"~{p}health", f"~{p}recent:*", f"~{p}frame:snapshot",
-            f"~{p}usage:idle", f"~{p}ingest:heartbeat", f"~{p}probe-results:*", f"~{p}probes:*", *_producer_keys(p))
+            f"~{p}usage:idle", f"~{p}sm-idle", f"~{p}ingest:heartbeat", f"~{p}probe-results:*", f"~{p}probes:*",
+            *_producer_keys(p))
     # SCAN finds new nodes' streams (it names keys, reads none); XTRIM holds each stream to its cap
     # whatever its node asked; pruning forgets nodes (HDEL, DEL of their lists and streams) and idle
     # consumers of the group.
@@ -201,7 +202,7 @@ def web_user(prefix: str) -> AclUser:
     _check_prefix(prefix)
     p = _pattern(prefix)
     keys = (f"~{p}node:*", f"~{p}nodes", f"~{p}health", f"~{p}recent:*", f"~{p}frame:snapshot", f"~{p}usage:idle",
-            f"~{p}ingest:heartbeat", f"~{p}probes:*", f"~{p}job:*:events", f"~{p}job:*:cancel",
+            f"~{p}sm-idle", f"~{p}ingest:heartbeat", f"~{p}probes:*", f"~{p}job:*:events", f"~{p}job:*:cancel",
             f"~{p}job:*:events:*", f"~{p}job:*:cancel:*",
             f"~{p}simulator:faults", f"~{p}cache:*", f"~{p}worker:*", f"~{p}websockets:*", *_producer_keys(p))
     # Reads for the pages, the API and the job websocket; writes only through

@@ -17,6 +17,7 @@ further than the parser).
 """
 
 import json
+import logging
 import math
 import re
 from dataclasses import dataclass
@@ -26,9 +27,12 @@ import msgspec
 import orjson
 
 from gpulse.health import CHECK_IDS, FINDING_STATUSES
+from gpulse.ratelog import RateLimitedLog
 from gpulse.throttle import THROTTLE_REASONS
 
 SCHEMA_VERSION = 1
+# A node's malformed "mig" list is dropped, not its sample: why, at most a few lines a minute.
+_mig_dropped = RateLimitedLog(logging.getLogger(__name__))
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,26 @@ OPTIONAL_GPU_FLAGS = (
 )
 # Optional per-GPU texts (at most MAX_TEXT characters): vbios_version, compute_mode.
 OPTIONAL_GPU_TEXTS = ("vbios", "compute_mode")
+# The optional per-GPU "mig" list: the MIG instances of a GPU in MIG mode (mig_enabled), each a GPU of its
+# own to the jobs on it (nvidia-smi -L: "MIG 1g.10gb Device 0: (UUID: MIG-...)"). Absent or null on a GPU
+# without MIG, [] on one with MIG on and no instance made. The board readings (temperature, power, clocks,
+# ECC, PCIe, NVLink) stay on the GPU, whose util is null in MIG mode (NVML answers NOT_SUPPORTED).
+# An instance: "gpu_instance" and "compute_instance", its ids (nvidia-smi's GI ID and CI ID; dcgm-exporter's
+# GPU_I_ID label, with no compute instance: null), "profile" (GPU_I_PROFILE: "1g.10gb", "1c.3g.40gb"),
+# "uuid" (MIG-...), the MIG_METRICS below, "processes" as a GPU's, and "k8s" as a GPU's (the pod holding it).
+MAX_MIG_INSTANCES = 8  # 7 on A100, H100, H200 and B200 (nvmlDeviceGetMaxMigDeviceCount), one to spare
+MAX_INSTANCE_ID = 31  # GPU instance ids reach 14 on an A100, compute instance ids 7
+MIG_PROFILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,31}")  # a label value and a page's text as it is
+MIG_METRICS = (
+    Metric("mem_used", "bytes", "the instance's framebuffer memory used (nvidia-smi -q, MIG Devices: FB Memory "
+           "Usage Used; DCGM_FI_DEV_FB_USED with GPU_I_ID)", 0, PB),
+    Metric("mem_total", "bytes", "the instance's framebuffer memory (nvidia-smi -q, MIG Devices: FB Memory Usage "
+           "Total; DCGM's FB_USED + FB_FREE with GPU_I_ID)", 0, PB),
+    # Its GPU instance's activity: NVML's GPM per GPU instance (nvmlGpmMigSampleGet), DCGM's profiling fields
+    # with GPU_I_ID. Compute instances sharing a GPU instance report the same.
+    *ACTIVITY_METRICS,
+)
+MIG_METRIC_NAMES = tuple(m.name for m in MIG_METRICS)
 # The optional per-node "host" readings, validated the same way.
 HOST_METRICS = (
     Metric("cpu_util", "%", "host CPU utilization", 0, 100),
@@ -166,6 +190,12 @@ MAX_PROCESSES = 1024
 # scheduler identity from its cgroup (collectors/attribution.py): Slurm job and step, Kubernetes
 # pod UID and container id. Absent or null where the collector could not tell.
 PROCESS_IDENTITY = ("cmd", "job", "step", "pod_uid", "container")
+# A process's share of its GPU, where the driver samples it (NVML's nvmlDeviceGetProcessUtilization on a GPU
+# without MIG): null where it has no sample for the process in the interval (idle all of it), never 0.
+PROCESS_METRICS = (
+    Metric("sm_util", "%", "the process's SM utilization (nvidia-smi pmon -s u: sm)", 0, 100),
+    Metric("mem_util", "%", "the process's memory controller utilization (nvidia-smi pmon -s u: mem)", 0, 100),
+)
 MAX_PID = 2**32 - 1
 INTERVAL_RANGE = (0.05, 3600.0)  # seconds between samples
 # The optional per-node "system" object: driver_version, the CUDA version the driver supports, and the
@@ -210,6 +240,8 @@ def _show(value) -> str:
 
 _GPU_BOUNDS = tuple((m.name, m.low, m.high) for m in GPU_METRICS + OPTIONAL_GPU_METRICS)
 _HOST_BOUNDS = tuple((m.name, m.low, m.high) for m in HOST_METRICS)
+_MIG_BOUNDS = tuple((m.name, m.low, m.high) for m in MIG_METRICS)
+_PROCESS_BOUNDS = tuple((m.name, m.low, m.high) for m in PROCESS_METRICS)
 # An IB port's rate (Gb/s, sysfs "rate") and its error counters (sysfs counters/).
 _IB_BOUNDS = (("rate", 0, 1e5), *((name, 0, 2**53) for name in IB_COUNTERS))
 _KNOWN_THROTTLE = frozenset(THROTTLE_REASONS)
@@ -236,6 +268,10 @@ def _null_out_of_range(reading: dict, bounds: tuple, where: str) -> int:
 
 def _is_text_or_none(value) -> bool:
     return value is None or type(value) is str and len(value) <= MAX_TEXT
+
+
+def _in_bounds_or_none(value, low: float, high: float) -> bool:
+    return value is None or type(value) in _NUMBERS and low <= value <= high
 
 
 def _text_or_none(value, name: str, where: str) -> None:
@@ -281,13 +317,61 @@ def _check_lists(gpu: dict, node: str, index: int) -> int:
                         and (name is None or type(name) is str and len(name) <= MAX_TEXT)
                         and (user is None or type(user) is str and len(user) <= MAX_TEXT)
                         and (mem is None or type(mem) in _NUMBERS and 0 <= mem <= PB)
-                        and all(_is_text_or_none(get_(key)) for key in PROCESS_IDENTITY)):
+                        and all(_is_text_or_none(get_(key)) for key in PROCESS_IDENTITY)
+                        and all(_in_bounds_or_none(get_(name), low, high) for name, low, high in _PROCESS_BOUNDS)):
                     continue
             nulled += _check_process(process, f"node {node} GPU {index}")
         return nulled
     if processes is not None and type(processes) is not list:
         raise MalformedSample(f"node {node} GPU {index}: 'processes' is not a list: {_show(processes)}")
     return 0
+
+
+def _check_mig(gpu: dict, where: str) -> int:
+    """Check the GPU's "mig" list; return how many of its readings were out of range and nulled.
+
+    A malformed list is dropped (null), counted as one nulled reading and its
+    reason logged (rate-limited): the GPU and the rest of the sample stand.
+    """
+    try:
+        return _check_instances(gpu["mig"])
+    except MalformedSample as exc:
+        gpu["mig"] = None
+        _mig_dropped.warning("%s: 'mig' dropped: %s", where, exc)
+        return 1
+
+
+def _check_instances(instances) -> int:
+    if type(instances) is not list or len(instances) > MAX_MIG_INSTANCES:
+        raise MalformedSample(f"not a list of at most {MAX_MIG_INSTANCES} MIG instances: {_show(instances)}")
+    nulled = 0
+    seen = set()
+    for instance in instances:
+        if type(instance) is not dict:
+            raise MalformedSample(f"an instance that is not an object: {_show(instance)}")
+        ids = instance.get("gpu_instance"), instance.get("compute_instance")
+        for name, value in zip(("gpu_instance", "compute_instance"), ids, strict=True):
+            if (value is not None or name == "gpu_instance") and (
+                    type(value) is not int or not 0 <= value <= MAX_INSTANCE_ID):
+                raise MalformedSample(f"{name} {_show(value)} is not an integer 0..{MAX_INSTANCE_ID}")
+        where = f"instance {ids[0]}" if ids[1] is None else f"instance {ids[0]}/{ids[1]}"  # nvidia-smi's GI/CI
+        if ids in seen:
+            raise MalformedSample(f"{where} is listed twice")
+        seen.add(ids)
+        profile = instance.get("profile")
+        if profile is not None and (type(profile) is not str or MIG_PROFILE.fullmatch(profile) is None):
+            raise MalformedSample(f"{where}: profile {_show(profile)} is not a MIG profile name like 1g.10gb")
+        _text_or_none(instance.get("uuid"), "uuid", where)
+        nulled += _null_out_of_range(instance, _MIG_BOUNDS, where)
+        processes = instance.get("processes")
+        if processes is not None:
+            if type(processes) is not list or len(processes) > MAX_PROCESSES:
+                raise MalformedSample(f"{where}: 'processes' is not a list of at most {MAX_PROCESSES} processes")
+            for process in processes:
+                nulled += _check_process(process, where)
+        if instance.get("k8s") is not None:
+            _check_k8s(instance["k8s"], where)
+    return nulled
 
 
 def _check_k8s(k8s, where: str) -> None:
@@ -384,6 +468,7 @@ def _check_process(process, where: str) -> int:
     _text_or_none(process.get("user"), "process user", where)
     for key in PROCESS_IDENTITY:
         _text_or_none(process.get(key), f"process {key}", where)
+    nulled = _null_out_of_range(process, _PROCESS_BOUNDS, f"{where} process {pid}")
     mem = process.get("mem_used")
     if mem is not None:
         kind = type(mem)
@@ -391,8 +476,8 @@ def _check_process(process, where: str) -> int:
             raise MalformedSample(f"{where}: process {pid} 'mem_used' is not a number or null")
         if not 0 <= mem <= PB:
             process["mem_used"] = None
-            return 1
-    return 0
+            nulled += 1
+    return nulled
 
 
 def validate(sample) -> int:
@@ -471,6 +556,8 @@ def validate(sample) -> int:
         if k8s is not None:
             _check_k8s(k8s, f"node {node} GPU {index}")
         _check_health_readings(gpu, f"node {node} GPU {index}")
+        if get("mig") is not None:
+            nulled += _check_mig(gpu, f"node {node} GPU {index}")
     host = sample.get("host")
     if host is not None:
         if type(host) is not dict:
@@ -516,8 +603,17 @@ _Process = _record("_Process", {
     "pid": Annotated[int, msgspec.Meta(ge=0, le=MAX_PID)],
     "name": _Text, "user": _Text, "mem_used": _number(0, PB) | None,
     **dict.fromkeys(PROCESS_IDENTITY, _Text),
+    **{name: _number(low, high) | None for name, low, high in _PROCESS_BOUNDS},
 }, required=("pid",))
 _K8s = _record("_K8s", dict.fromkeys(K8S_KEYS, _K8sName))
+_InstanceId = Annotated[int, msgspec.Meta(ge=0, le=MAX_INSTANCE_ID)]
+_MigInstance = _record("_MigInstance", {
+    "gpu_instance": _InstanceId, "compute_instance": _InstanceId | None,
+    "profile": Annotated[str, msgspec.Meta(pattern=_whole(MIG_PROFILE))] | None, "uuid": _Text,
+    **{name: _number(low, high) | None for name, low, high in _MIG_BOUNDS},
+    "processes": Annotated[list[_Process], msgspec.Meta(max_length=MAX_PROCESSES)] | None,  # type: ignore[valid-type]
+    "k8s": _K8s | None,
+}, required=("gpu_instance",))
 _Gpu = _record("_Gpu", {
     "index": Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_INDEX)],
     "uuid": _Text, "name": _Text, "lost": bool | None, "error": _Text,
@@ -527,6 +623,7 @@ _Gpu = _record("_Gpu", {
     "xid": Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=MAX_XID)]], msgspec.Meta(max_length=MAX_XIDS)] | None,
     "processes": Annotated[list[_Process], msgspec.Meta(max_length=MAX_PROCESSES)] | None,  # type: ignore[valid-type]
     "k8s": _K8s | None,
+    "mig": Annotated[list[_MigInstance], msgspec.Meta(max_length=MAX_MIG_INSTANCES)] | None,  # type: ignore[valid-type]
     **dict.fromkeys(OPTIONAL_GPU_FLAGS, bool | None),
     **dict.fromkeys(OPTIONAL_GPU_TEXTS, _Text),
 }, required=("index",))
@@ -562,7 +659,7 @@ _Sample = _record("_Sample", {
 }, required=("v", "node", "ts", "interval", "gpus"))
 _FAST = msgspec.json.Decoder(_Sample)
 _FIELDS = {kind: frozenset(kind.__annotations__)
-           for kind in (_Sample, _Gpu, _Host, _Process, _K8s, _System, _IbPort, _Finding, _Health)}
+           for kind in (_Sample, _Gpu, _Host, _Process, _K8s, _MigInstance, _System, _IbPort, _Finding, _Health)}
 
 
 def read_fast(raw: bytes | str) -> dict | None:
@@ -575,6 +672,10 @@ def read_fast(raw: bytes | str) -> dict | None:
     gpus = sample["gpus"]
     if len({gpu["index"] for gpu in gpus}) != len(gpus):
         return None
+    for gpu in gpus:
+        instances = gpu.get("mig")
+        if instances and len({(i["gpu_instance"], i.get("compute_instance")) for i in instances}) != len(instances):
+            return None
     if (sample.get("seq") is None) is not (sample.get("boot") is None):
         return None
     return sample
@@ -602,6 +703,12 @@ def _drop_unknown(sample: dict) -> None:
             _only_known(gpu["k8s"], _K8s)
         for process in gpu.get("processes") or ():
             _only_known(process, _Process)
+        for instance in gpu.get("mig") or ():
+            _only_known(instance, _MigInstance)
+            if type(instance.get("k8s")) is dict:
+                _only_known(instance["k8s"], _K8s)
+            for process in instance.get("processes") or ():
+                _only_known(process, _Process)
 
 
 def read_checked(raw: bytes | str) -> tuple[dict, int]:

@@ -82,7 +82,7 @@ MAX_FACTOR = 16
 MAX_WARMUP = 1000
 MAX_ITERS = 10_000
 MIN_TIMEOUT_S = 10
-# The job's limit ends before Celery's hard limit (gpulse/queues.py) kills its tasks.
+# The job's limit ends before Celery's hard limit (gpulse/celery_contract.py) kills its tasks.
 MAX_TIMEOUT_S = 1500
 # GPULSE_BENCHMARK_MAX_BYTES's default: every rank holds buffers of the largest size.
 DEFAULT_MAX_BYTES = 8 << 30

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import orjson
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard.health.node_health import NodeHealthBook
 from gpulse import schema
@@ -98,6 +99,15 @@ def serve_metrics(redis_url: str, state: Path) -> Iterator[str]:
     finally:
         client.flushdb()
         client.close()
+
+
+def series_of(text: str) -> dict[str, dict[tuple, float]]:
+    """{sample name: {sorted label items: value}} of an exposition, read with prometheus-client's parser."""
+    series: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            series.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return series
 
 
 def scrape(url: str, token: str | None = TOKEN) -> tuple[int, str]:

@@ -440,6 +440,13 @@ def test_idle_allocated_takes_its_threshold_from_the_setting(settings):
     assert rule.read(gpu(7, **owned_by(util=19))) == 1 and rule.read(gpu(7, **owned_by(util=20))) == 0
 
 
+def test_idle_allocated_judges_by_sm_activity_where_reported_at_the_settings_threshold(settings):
+    settings.GPULSE_BUSY_SM_ACTIVITY = 30.0
+    rule = CompiledRule.compile(Rule(metric="gpu.idle_allocated", comparison="==", threshold=1))
+    stalled = owned_by(util=100, sm_active=0.25)  # kernels run all the time on a quarter of the SMs
+    assert rule.read(gpu(7, **stalled)) == 1 and rule.read(gpu(7, **owned_by(util=0, sm_active=0.30))) == 0
+
+
 def test_an_idle_allocated_gpu_fires_and_the_webhooks_name_its_user_job_and_pod(rules, run, receiver, settings):
     settings.GPULSE_WEBHOOK_ALLOW_PRIVATE = True
     rule = rules(name="GPU allocated but idle", metric="gpu.idle_allocated", comparison="==", threshold=1,

@@ -62,7 +62,7 @@ def test_node_api_returns_rollup_history_since(client, viewer_user, cluster):
     minute = int(now // 60) * 60 - 120
     GpuRollup.objects.create(
         node="n1", gpu=0, minute=dt.datetime.fromtimestamp(minute, dt.UTC), samples=60,
-        util_min=10, util_mean=20, util_max=30,
+        util_min=10, util_mean=20, util_max=30, util_sum=1200, util_count=60,
     )
     body = client.get("/api/v1/nodes/n1?since=1h").json()
     assert body["status"] == "up"
@@ -89,6 +89,18 @@ def test_node_api_lists_its_probes_oldest_first(client, viewer_user, cluster):
         publish_probe(cluster, Keys(), {"v": 1, "node": "n1", "ts": time.time(), "busbw": busbw, "status": "succeeded"})
     client.force_login(viewer_user)
     assert [p["busbw"] for p in client.get("/api/v1/nodes/n1").json()["probes"]] == [9.0, 11.0]
+
+
+def test_node_api_orders_probes_by_their_time_not_by_when_they_were_written(client, viewer_user, cluster):
+    """A probe written late (its collector was slow to publish, or a test put one in) must not draw the probe
+    chart's line backwards, nor put the pointer's tooltip on another probe: uPlot needs its times ascending."""
+    from collectors.probe import publish_probe
+
+    now = time.time()
+    for ts, busbw in ((now - 60, 9.0), (now - 300, 8.0), (now, 11.0), (now - 30, 10.0)):
+        publish_probe(cluster, Keys(), {"v": 1, "node": "n1", "ts": ts, "busbw": busbw, "status": "succeeded"})
+    client.force_login(viewer_user)
+    assert [p["busbw"] for p in client.get("/api/v1/nodes/n1").json()["probes"]] == [8.0, 9.0, 10.0, 11.0]
 
 
 def test_healthz_is_public_and_reports_each_part(client, redis_client):

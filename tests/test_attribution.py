@@ -175,6 +175,8 @@ def test_the_nvml_source_attributes_every_process_and_the_sample_passes_the_cont
         source.close()
 
     expected = {**RECORDED_PROCESSES, MISSING_PID: GONE}
+    # The stand-in keeps no per-process utilization samples here, so each share is null, as in MIG mode.
+    no_share = {"sm_util": None, "mem_util": None}
     assert [gpu["processes"] for gpu in sample["gpus"]] == [
-        [{"pid": pid, "mem_used": (gpu + 1) * 2**30, **expected[pid]}] for gpu, pid in enumerate(pids)]
+        [{"pid": pid, "mem_used": (gpu + 1) * 2**30, **expected[pid], **no_share}] for gpu, pid in enumerate(pids)]
     assert schema.read(schema.encode(sample)) == (sample, 0)

@@ -99,6 +99,13 @@ def test_hostile_node_values_run_nothing_on_the_node_page(watched_page, running_
     # The probe contract refuses most of that probe (a node name, a status, numbers): what
     # it lets through as text (backend, reason) goes, with HTML in it, to a valid node.
     readable = dict(probe, node="sim-02", backend=IMG, world_size=8, wrong=0, status="failed")
+    # sim-02's earlier probes go, so that none sits a pixel from the test's where the pointer goes (a probe
+    # running now was taken well after it).
+    client.delete(keys.probe_history("sim-02"))
+    # sim-02's collector probes every 600 s: one of its own, taken after the test's but written before it, as
+    # a slow probe is. The chart must still put the pointer on the test's (CI: the history's order drew it).
+    newer = dict(readable, backend="gloo", reason="timed out", ts=readable["ts"] + 30)
+    publish_probe(client, keys, newer)
     publish_probe(client, keys, readable)
     try:
         url = f"{running_system.base_url}/nodes/{quote(PAGE_NODE, safe='')}/"
@@ -111,15 +118,19 @@ def test_hostile_node_values_run_nothing_on_the_node_page(watched_page, running_
         open_checked(watched_page, f"{running_system.base_url}/nodes/sim-02/",
                      "document.getElementById('probe-chart').timeChart.uplot",
                      scroll_to="#probe-chart:not([hidden])")
-        # The probe chart's tooltip says each probe, its backend among it: the pointer on the newest.
+        # The probe chart's tooltip says each probe, its backend among it: the pointer on this one, not on
+        # sim-02's own.
         plot = watched_page.locator("#probe-chart .u-over").bounding_box()
-        watched_page.mouse.move(plot["x"] + plot["width"] - 2, plot["y"] + plot["height"] / 2)
+        x = watched_page.evaluate("(ts) => document.getElementById('probe-chart').timeChart.uplot.valToPos(ts, 'x')",
+                                  readable["ts"])
+        watched_page.mouse.move(plot["x"] + x, plot["y"] + plot["height"] / 2)
         watched_page.wait_for_function("(img) => document.querySelector('#probe-chart .chart-tooltip').textContent"
                                        ".includes(img)", arg=IMG)
         assert_nothing_ran(watched_page)
     finally:
         client.delete(keys.node(PAGE_NODE), keys.probe_history(PAGE_NODE))
-        client.lrem(keys.probe_history("sim-02"), 0, orjson.dumps(readable))
+        for published in (readable, newer):  # as publish_probe wrote them
+            client.lrem(keys.probe_history("sim-02"), 0, json.dumps(published))
         client.hdel(keys.known_nodes, PAGE_NODE)
 
 

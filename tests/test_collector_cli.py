@@ -102,6 +102,8 @@ def test_every_sample_carries_its_health_checked_with_the_expected_gpu_count():
     (["--energy-interval", "nan"], "must be 0 or more"),
     (["--only-node", "sim-09"], "the fleet has no node sim-09 (its nodes: sim-01 to sim-04)"),
     (["--except-node", "gpu-01"], "the fleet has no node gpu-01"),
+    (["--mig-node", "sim-09"], "the fleet has no node sim-09 to run MIG (its nodes: sim-01 to sim-04)"),
+    (["--mig-node", "sim-01"], "sim-01 holds dana's notebook on a whole GPU"),
 ])
 def test_bad_arguments_exit_2_with_the_reason(args, message):
     result = collector("--source", "simulated", "--once", "--stdout", *args)
@@ -185,6 +187,19 @@ def test_only_and_except_node_split_one_fleet_between_two_collectors():
     # Only a simulated fleet has nodes to choose from.
     nvml = collector("--source", "nvml", "--once", "--stdout", "--only-node", "sim-01")
     assert nvml.returncode == 2 and "--only-node applies to --source simulated only" in nvml.stderr.decode()
+
+
+def test_the_mig_node_runs_mig_instances_in_every_collector_of_the_fleet():
+    fleet = ("--source", "simulated", "--nodes", "3", "--once", "--stdout", "--seed", "7", "--mig-node", "sim-03")
+    whole = collector(*fleet)
+    rest = collector(*fleet, "--except-node", "sim-01")
+    assert whole.returncode == rest.returncode == 0, (whole.stderr.decode(), rest.stderr.decode())
+    samples = {sample["node"]: sample for sample in map(parse, whole.stdout.splitlines())}
+    assert [len(gpu["mig"]) for gpu in samples["sim-03"]["gpus"]] == [4, 4, 7, 2, 4, 4, 7, 2]
+    assert all("mig" not in gpu for node in ("sim-01", "sim-02") for gpu in samples[node]["gpus"])
+    assert parse(rest.stdout.splitlines()[-1])["gpus"][0]["mig"][0]["profile"] == "3g.40gb"
+    nvml = collector("--source", "nvml", "--once", "--stdout", "--mig-node", "sim-03")
+    assert nvml.returncode == 2 and "--mig-node applies to --source simulated only" in nvml.stderr.decode()
 
 
 def test_the_faults_come_through_their_own_url_file_when_the_collectors_user_reads_nothing(redis_client, redis_url,

@@ -374,7 +374,7 @@ def test_processes_are_named_from_proc_and_listed_once(open_source):
     assert process["user"] == pwd.getpwuid(os.getuid()).pw_name
     # Gone (or in another PID namespace), and a driver that cannot tell its memory.
     assert gpu1["processes"] == [{"pid": MISSING_PID, "name": None, "user": None, "mem_used": None,
-                                  **dict.fromkeys(schema.PROCESS_IDENTITY)}]
+                                  **dict.fromkeys(schema.PROCESS_IDENTITY), "sm_util": None, "mem_util": None}]
 
 
 def test_nvlink_throughput_is_computed_from_the_counters(open_source):

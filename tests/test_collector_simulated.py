@@ -149,6 +149,8 @@ def test_idle_gpus_report_gpu_idle_and_busy_ones_run_processes(hour):
     for gpu in busy:
         (process,) = gpu["processes"]
         assert process["pid"] > 0
+        # the GPU's one process: all of its utilization, as nvmlDeviceGetProcessUtilization would tell
+        assert (process["sm_util"], process["mem_util"]) == (gpu["util"], gpu["mem_util"])
 
 
 def test_every_process_carries_its_jobs_user_id_step_and_command(hour):

@@ -20,7 +20,7 @@ COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
 COMPOSE = yaml.safe_load(COMPOSE_TEXT)
 SERVICES = COMPOSE["services"]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
-CONTROL = ("web", "ingest", "control-worker", "webhooks")
+CONTROL = ("web", "ingest", "control-worker", "webhooks", "beat")
 GPU_NODE = ("collector", "node-worker")
 # Control-host services started only under their profile.
 OPTIONAL = ("scheduler",)
@@ -120,6 +120,7 @@ def test_the_processes_run_the_project_entry_points():
     assert command("control-worker").startswith("celery -A dashboard.control_worker worker -Q control")
     assert command("webhooks").startswith("celery -A dashboard.control_worker worker -Q webhooks")
     assert command("scheduler").startswith("celery -A dashboard.control_worker worker -Q scheduler")
+    assert command("beat").startswith("celery -A dashboard.control_worker beat")
     # Started only where drain is wanted, from the control image with slurm-client added.
     assert SERVICES["scheduler"]["profiles"] == ["slurm-drain"]
     assert SERVICES["scheduler"]["build"]["dockerfile"] == "deploy/slurm/Dockerfile"
@@ -165,12 +166,21 @@ def test_gpu_node_services_reserve_every_nvidia_gpu_under_the_gpu_node_profile()
         assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
         assert "depends_on" not in spec  # a GPU node runs no Redis or database of its own
     for service in ("redis", "postgres", "migrate", *CONTROL):
-        assert "profiles" not in SERVICES[service] and "deploy" not in SERVICES[service]
+        assert "profiles" not in SERVICES[service]
+        assert "deploy" not in SERVICES[service] or service == "beat"  # beat's: one replica (below)
+
+
+def test_the_cluster_runs_one_beat_whose_schedule_file_stays_out_of_the_image_s_code():
+    """Two beats would send every retention pass twice; a schedule file in the working directory (/app)
+    would be written where the code is."""
+    assert SERVICES["beat"]["deploy"] == {"replicas": 1}
+    words = SERVICES["beat"]["command"]
+    assert words[words.index("--schedule") + 1].startswith("/tmp/")
 
 
 # Each control-host service's Redis user (gpulse/redis_acl.py roles).
 CONTROL_USERS = {"migrate": "web", "web": "web", "ingest": "ingest", "control-worker": "control",
-                 "webhooks": "control", "scheduler": "control"}
+                 "webhooks": "control", "scheduler": "control", "beat": "control"}
 
 
 def test_control_processes_run_production_settings_against_postgres_and_redis_each_as_its_own_user():

@@ -35,7 +35,8 @@ def wait_for_health(base_url: str, done, timeout: float) -> dict:
 def test_the_demo_starts_the_whole_system_and_stops_every_process_on_sigterm():
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    env.update(PORT=str(port), GPULSE_SIM_NODES="2", GPULSE_SIM_GPUS="4", GPULSE_ADMIN_PASSWORD="demo-pw-1234")
+    env.update(PORT=str(port), GPULSE_SIM_NODES="2", GPULSE_SIM_GPUS="4", GPULSE_ADMIN_PASSWORD="demo-pw-1234",
+               GPULSE_RETENTION_INTERVAL="1")
     demo = subprocess.Popen([sys.executable, "-m", "devtools.demo"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -48,6 +49,7 @@ def test_the_demo_starts_the_whole_system_and_stops_every_process_on_sigterm():
         children = psutil.Process(demo.pid).children(recursive=True)
         names = " ".join(" ".join(c.cmdline()) for c in children)
         for part in ("redis-server", "uvicorn", "manage.py ingest", "dashboard.control_worker", "-Q webhooks",
+                     "dashboard.control_worker beat",
                      "node.sim-01", "node.sim-02", "collectors"):
             assert part in names, f"{part} is not running"
         health = wait_for_health(f"http://127.0.0.1:{port}/", lambda health: health["ok"], 30)
@@ -78,6 +80,12 @@ def test_the_demo_starts_the_whole_system_and_stops_every_process_on_sigterm():
             assert time.monotonic() < deadline, clients
             time.sleep(0.5)
         assert admin.xlen(Keys().telemetry_stream("sim-01")) > 0
+        # The stack's one beat, logged in as the control user, sends the retention pass; the control worker runs it.
+        while b"retention: hourly rows written" not in (state / "control-worker.log").read_bytes():
+            assert time.monotonic() < deadline, (state / "beat.log").read_text()[-2000:]
+            time.sleep(0.5)
+        # Its schedule file (an extension is the dbm's) in the state folder, none in the working tree.
+        assert any(state.glob("celerybeat-schedule*")) and not any(ROOT.glob("celerybeat-schedule*"))
 
         demo.send_signal(signal.SIGTERM)
         assert demo.wait(30) == 0
@@ -110,7 +118,8 @@ def test_a_demo_of_250_nodes_of_8_gpus_fits_in_4_gib(tmp_path):
 def start_demo(port: int, **popen) -> tuple[subprocess.Popen, list]:
     """`make demo`'s program on ``port`` with two nodes; return it once it prints its URL, and its children."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    env.update(PORT=str(port), GPULSE_SIM_NODES="2", GPULSE_SIM_GPUS="4", GPULSE_ADMIN_PASSWORD="demo-pw-1234")
+    env.update(PORT=str(port), GPULSE_SIM_NODES="2", GPULSE_SIM_GPUS="4", GPULSE_ADMIN_PASSWORD="demo-pw-1234",
+               GPULSE_RETENTION_INTERVAL="1")
     demo = subprocess.Popen([sys.executable, "-m", "devtools.demo"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, **popen)
     lines: list[str] = []

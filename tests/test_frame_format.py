@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dashboard.live import frames
+from gpulse.schema import MAX_MIG_INSTANCES
 
 FRAMES_JS = Path(__file__).resolve().parent.parent / "static/gpulse/frames.js"
 
@@ -21,7 +22,7 @@ def _declaration(source: str, name: str, opening: str, closing: str) -> str:
 
 
 def js_fields(source: str, name: str = "FIELDS") -> tuple[str, ...]:
-    """FIELDS (or META_FIELDS) of frames.js: a list of quoted names."""
+    """FIELDS (or META_FIELDS, MIG_FIELDS) of frames.js: a list of quoted names."""
     return tuple(json.loads(f"[{_declaration(source, name, '[', ']').rstrip().rstrip(',')}]"))
 
 
@@ -46,7 +47,7 @@ def python_flags() -> dict[str, int]:
 def differences(source: str) -> list[str]:
     """What frames.js (``source``) says otherwise than frames.py; empty when they agree."""
     found = []
-    for name in ("FIELDS", "META_FIELDS"):
+    for name in ("FIELDS", "META_FIELDS", "MIG_FIELDS"):
         ours_fields, theirs_fields = getattr(frames, name), js_fields(source, name)
         if theirs_fields != tuple(ours_fields):
             found.append(f"{name}: frames.py {list(ours_fields)}, frames.js {list(theirs_fields)}")
@@ -74,6 +75,7 @@ def test_each_flag_is_its_own_bit():
         (('"temp", "power"', '"power", "temp"'), "FIELDS: frames.py"),
         (('"sm_clock", ', ""), "FIELDS: frames.py"),
         (('"mem_total", "power_limit"', '"power_limit", "mem_total"'), "META_FIELDS: frames.py"),
+        (('"profile", "slices"', '"slices", "profile"'), "MIG_FIELDS: frames.py"),
         (("IDLE: 64,", "IDLE: 128,"), "flag IDLE: frames.py FLAG_IDLE = 64, frames.js FLAG.IDLE = 128"),
         (("ECC: 8,", ""), "flag ECC: frames.py FLAG_ECC = 8, frames.js FLAG.ECC = None"),
         (("LOST: 1,", "LOST: 1,\n    DRAINED: 128,"), "flag DRAINED: frames.py FLAG_DRAINED = None"),
@@ -93,3 +95,8 @@ def test_a_frames_js_that_declares_the_format_otherwise_is_refused():
         differences(source.replace("const FIELDS", "let FIELDS"))
     with pytest.raises(ValueError, match="not NAME: bit: 'LOST: 1 << 0'"):
         differences(source.replace("LOST: 1,", "LOST: 1 << 0,"))
+
+
+def test_frames_js_reads_at_most_the_instances_the_contract_allows():
+    found = re.search(r"\bconst\s+MAX_MIG_INSTANCES\s*=\s*(\d+)\s*;", FRAMES_JS.read_text())
+    assert found is not None and int(found[1]) == MAX_MIG_INSTANCES

@@ -49,7 +49,7 @@ def test_a_mig_gpu_reports_no_activity_of_its_own_and_keeps_its_board_readings(e
     exporter.body = PROFILING
     gpu = gpus_of(DcgmSource(exporter.url, interval=1.0).sample()[0])[3]
 
-    # DCGM profiles the instances; their series are not the GPU's (instances come in a later version)
+    # DCGM profiles the instances; their series are not the GPU's (tests/test_mig_dcgm.py: the instances')
     assert activity(gpu) == dict.fromkeys(schema.ACTIVITY_METRIC_NAMES)
     assert gpu["util"] is None and gpu["mem_used"] is None
     assert (gpu["temp"], gpu["power"], gpu["pcie_tx"]) == (55, 402.991, 311427072)

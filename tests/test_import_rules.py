@@ -110,11 +110,17 @@ def test_no_two_dashboard_apps_import_each_other():
     assert two_way(app_graph()) == set()
 
 
-def test_the_live_app_knows_neither_alerts_nor_benchmarks():
-    # Ingest gets the alert evaluator and the cluster summary by dotted path from settings.
-    paths = modules_under("dashboard/live")
-    assert paths
-    assert offending(paths, ("dashboard.alerts", "dashboard.benchmarks")) == []
+def test_the_ingest_core_imports_no_other_app():
+    # Ingest gets its stages (alerts, health, probes, ...) by dotted path from settings; the pages that
+    # show what it writes (nodes, healthz) read it, never the reverse.
+    assert modules_under("dashboard/live")
+    assert app_graph().get("live", set()) == set()
+
+
+def test_the_node_pages_read_the_core_and_no_feature_app():
+    # The node history reads the long-term store through a setting's dotted path (GPULSE_HISTORY_STORE_READER);
+    # accounts is the login its websockets check.
+    assert app_graph()["nodes"] <= {"live", "accounts"}
 
 
 @pytest.mark.parametrize("folder", ["collectors", "workers", "dashboard", "gpulse"])

@@ -319,7 +319,7 @@ def test_a_crash_between_the_write_and_the_acknowledgement_counts_nothing_twice(
 
 
 def health_details(seen: list) -> None:
-    from dashboard.live.health import check_ingest, read_heartbeat
+    from dashboard.healthz.checks import check_ingest, read_heartbeat
 
     seen.append(check_ingest(read_heartbeat())[1])
 

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from dashboard.alerts.models import Rule, WebhookEndpoint
-from dashboard.live.health import health
+from dashboard.healthz.checks import health
 from dashboard.live.models import GpuRollup
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, Keys
@@ -161,7 +161,7 @@ def test_poison_entries_are_acknowledged_and_counted_while_good_nodes_go_on(inge
     snapshot = ingest.wait_for("good nodes in the snapshot", lambda: orjson.loads(redis_client.get(keys.snapshot)))
     assert snapshot["nodes"]["good-1"]["status"] == "up" and len(snapshot["nodes"]["good-1"]["gpus"]) == 2
     assert not {name for name in snapshot["nodes"] if name.startswith("p-")} - {"p-readings", "p-nan"}
-    util, _, temp, power, clock, _ = snapshot["nodes"]["p-readings"]["gpus"][0]
+    util, _, temp, power, clock, *_ = snapshot["nodes"]["p-readings"]["gpus"][0]
     assert (util, temp, power, clock) == (None, None, None, None)
 
     ingest.wait_for("the old minute's rollups written", lambda: GpuRollup.objects.filter(node="good-old").exists())

@@ -14,6 +14,7 @@ from dashboard.benchmarks.stage import BenchmarkSummaryStage
 from dashboard.health.stage import HealthStage
 from dashboard.live.models import GpuRollup
 from dashboard.live.stages import Stage
+from dashboard.longterm.stage import RemoteWriteStage
 from dashboard.probes.stage import ProbeStage
 from dashboard.reliability.stage import IncidentStage
 from dashboard.usage.stage import IdleStage
@@ -35,7 +36,7 @@ def test_the_settings_name_every_stage_in_the_order_they_run(redis_client, make_
     ingest = make_ingest(stages=None)
     assert [type(stage) for stage in ingest.stages] == [
         HealthStage, ProbeStage, IdleStage, SmIdleStage, AlertStage, IncidentStage, BenchmarkSummaryStage,
-        FabricDiagnosticsStage]
+        FabricDiagnosticsStage, RemoteWriteStage]
 
 
 def test_with_no_stage_at_all_the_core_still_frames_rolls_up_and_beats(redis_client, make_ingest, frames):  # noqa: F811

@@ -6,7 +6,7 @@ import orjson
 import pytest
 import redis as redis_lib
 
-from dashboard.live.health import check_ingest
+from dashboard.healthz.checks import check_ingest
 from dashboard.live.ingest import Ingest
 from dashboard.live.models import GpuRollup
 from devtools.redis_server import EmbeddedRedis

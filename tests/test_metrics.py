@@ -5,12 +5,11 @@ import re
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard.accounts.models import ApiToken
 from dashboard.metrics import EXPORTED_NAMES
 from gpulse.throttle import THROTTLE_REASONS
-from tests.metrics_server import ODD_USER, TOKEN, scrape, serve_metrics
+from tests.metrics_server import ODD_USER, TOKEN, scrape, series_of, serve_metrics
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "grafana" / "gpulse-dashboard.json"
 
@@ -26,11 +25,7 @@ def scraped(web) -> dict[str, dict[tuple, float]]:
     """{sample name: {sorted label items: value}} of one authorised scrape."""
     status, text = scrape(web)
     assert status == 200, text
-    series: dict[str, dict[tuple, float]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            series.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return series
+    return series_of(text)
 
 
 def gpu_labels(node: str, index: int, **extra) -> tuple:

@@ -108,11 +108,13 @@ def test_each_gpu_a_pod_holds_carries_the_pod_and_one_without_a_process_counts_a
     assert schema.parse(schema.encode(sample)) == sample
 
 
-def test_only_whole_gpus_by_uuid_are_mapped_from_the_recorded_answer():
+def test_whole_gpus_and_mig_instances_by_uuid_are_mapped_from_the_recorded_answer():
     owners, rejected = gpu_owners(ListPodResourcesResponse.FromString(RECORDED))
 
-    # The MIG instance, the SR-IOV network device and the pods without devices map no GPU.
-    assert owners == {gpu_uuid(0): TRAINER, gpu_uuid(1): TRAINER, gpu_uuid(2): SERVER}
+    # The SR-IOV network device and the pods without devices map nothing.
+    notebook = {"namespace": "notebooks", "pod": "jupyter-mchen-0", "container": "notebook"}
+    assert owners == {gpu_uuid(0): TRAINER, gpu_uuid(1): TRAINER, gpu_uuid(2): SERVER,
+                      "MIG-5d1e2f3a-0b4c-5d6e-8f90-a1b2c3d4e5f6": notebook}
     assert rejected == []
 
 
@@ -274,11 +276,12 @@ def test_a_kubelet_that_comes_back_is_read_again(caplog):
         pods.refresh()
         assert pods.owner(gpu_uuid(0)) == TRAINER
 
+    # 4: GPUs 0-2 and the notebook's MIG instance
     assert messages(caplog) == [
-        f"kubelet pod-resources at {socket} answers: 3 GPUs held by pods",
+        f"kubelet pod-resources at {socket} answers: 4 GPUs held by pods",
         f"no kubelet pod-resources socket at {socket} (not a Kubernetes node?); "
         "GPUs are not attributed to pods until it answers",
-        f"kubelet pod-resources at {socket_again} answers: 3 GPUs held by pods"]
+        f"kubelet pod-resources at {socket_again} answers: 4 GPUs held by pods"]
 
 
 def test_the_collector_cli_reads_the_socket_it_is_given_and_its_first_sample_carries_the_pods():

@@ -26,11 +26,13 @@ from devtools.redis_server import EmbeddedRedis, redis_server_binary
 from gpulse import job_events
 from gpulse.celery_contract import (
     CONTROL_QUEUE,
+    GPU_CHECKS_TASK,
     SCHEDULER_QUEUE,
     WEBHOOK_QUEUE,
     node_queue,
     node_transport_options,
 )
+from gpulse.gpu_check_report import run_key as gpu_check_run_key
 from gpulse.keys import Keys
 from gpulse.redis_acl import acl_file, acl_users, admin_user, create_role_users, main, node_user, user_url
 from gpulse.sweep_spec import SweepSpec
@@ -229,6 +231,30 @@ def test_a_node_worker_receives_a_task_from_control_and_writes_its_job_events(ac
     assert done["status"] == "succeeded", log[-3000:]
     assert "NOPERM" not in log, log[-3000:]
     assert acl.admin.exists(f"{P}job:41:claimed:gpu-01")
+
+
+def test_a_node_worker_runs_a_gpu_check_run_and_reports_on_its_own_stream_of_it(acl, tmp_path):
+    run = gpu_check_run_key(41)
+    workers = NodeWorkers(acl.url("nodeworker-gpu-01"), tmp_path)
+    workers.start("gpu-01")
+    try:
+        with app.connection_for_write(acl.url("control"),
+                                      transport_options=node_transport_options("gpu-01")) as connection:
+            app.send_task(GPU_CHECKS_TASK, args=[run, "gpu-01", True], queue=node_queue("gpu-01"),
+                          connection=connection)
+
+        def node_done():
+            entries = acl.admin.xrange(KEYS.job_node_events(run, "gpu-01"))
+            return [e for _, fields in entries if (e := orjson.loads(fields[b"e"]))["kind"] == "node_done"]
+
+        done = wait_for(node_done, 120, "the node worker's node_done event", tmp_path / "worker-gpu-01.log")[0]
+    finally:
+        workers.stop()
+    log = (tmp_path / "worker-gpu-01.log").read_text()
+    assert "NOPERM" not in log, log[-3000:]
+    assert acl.admin.exists(KEYS.job_claim(run, "gpu-01"))
+    # No GPU here: the healthcheck could not check, and says so; the point is that the node could report it.
+    assert done["status"] in ("succeeded", "failed") and (done["report"] or done["reason"]), done
 
 
 def web_receiver(url: str, ready: threading.Event, received: list) -> threading.Thread:

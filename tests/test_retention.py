@@ -92,6 +92,19 @@ def test_hourly_rows_equal_the_minutes_they_came_from_late_minutes_included():
     assert hour_row("n1", 0, first_hour)["temp_max"] == 97.0
 
 
+def test_a_pass_writes_again_only_the_hours_whose_minutes_changed():
+    first_hour = dt.datetime(2026, 5, 4, 9, tzinfo=dt.UTC)
+    for h in range(3):
+        for i in range(0, 60, 10):
+            minute("n1", 0, first_hour + h * HOUR + i * MINUTE, util=float(i))
+    assert downsample(NOW) == 3
+    assert downsample(NOW + MINUTE) == 0  # within the recompute window, but nothing new
+
+    late = minute("n1", 1, first_hour + HOUR + 5 * MINUTE, util=70.0)  # another GPU's buffered minute
+    assert downsample(NOW + 2 * MINUTE) == 2  # its hour, both GPUs' rows, and no other
+    assert hour_row("n1", 1, first_hour + HOUR) == merged([late])
+
+
 def test_an_hour_is_computed_only_two_minutes_after_it_ended():
     hour = dt.datetime(2026, 5, 4, 12, tzinfo=dt.UTC)
     minute("n1", 0, hour + 59 * MINUTE, util=5.0)
@@ -274,20 +287,44 @@ def test_two_workers_passing_at_once_leave_the_same_rows_as_one():
     assert downsampled_until() == NOW.replace(minute=0)
 
 
+def test_a_year_of_hours_reads_as_daily_buckets_merged_from_them(client, viewer_user, cluster):  # noqa: F811
+    client.force_login(viewer_user)
+    day = dt.datetime.fromtimestamp(time.time() // 86400 * 86400, dt.UTC) - dt.timedelta(days=100)
+    for h in (1, 5, 23):
+        GpuRollupHour.objects.create(node="n1", gpu=0, hour=day + h * HOUR, samples=3600, util_min=h,
+                                     util_mean=10.0 * h, util_max=50 + h, util_sum=36000.0 * h, util_count=3600)
+    GpuRollupHour.objects.create(node="n1", gpu=0, hour=day + 30 * HOUR, samples=60, util_count=0)  # no util
+
+    history = client.get("/api/v1/nodes/n1?since=365d").json()["history"]
+
+    assert history["resolution"] == 86400  # 365 points: 6-hour buckets would be 1,460, over a chart's MAX_POINTS
+    assert history["gpus"][0]["ts"] == [day.timestamp(), (day + dt.timedelta(days=1)).timestamp()]
+    assert history["gpus"][0]["util"] == [[1, pytest.approx(290 / 3), 73], [None, None, None]]
+
+
 def test_the_node_api_reads_hourly_rows_for_long_ranges(client, viewer_user, cluster):  # noqa: F811
     client.force_login(viewer_user)
     now = time.time()
     hour = dt.datetime.fromtimestamp(now // 3600 * 3600, dt.UTC) - dt.timedelta(days=40)
-    GpuRollupHour.objects.create(node="n1", gpu=0, hour=hour, samples=3600, util_min=1, util_mean=40, util_max=90)
+    GpuRollupHour.objects.create(node="n1", gpu=0, hour=hour, samples=3600, util_min=1, util_mean=40, util_max=90,
+                                util_sum=144000, util_count=3600)
     recent = dt.datetime.fromtimestamp(now // 60 * 60 - 120, dt.UTC)
-    GpuRollup.objects.create(node="n1", gpu=0, minute=recent, samples=60, util_min=10, util_mean=20, util_max=30)
+    GpuRollup.objects.create(node="n1", gpu=0, minute=recent, samples=60, util_min=10, util_mean=20, util_max=30,
+                            util_sum=1200, util_count=60)
 
     history = client.get("/api/v1/nodes/n1?since=90d").json()["history"]
-    assert history["resolution"] == 3600
-    assert history["gpus"][0]["ts"] == [hour.timestamp()] and history["gpus"][0]["util"] == [[1, 40, 90]]
-    # A range of 7 days or less that starts within the minutes kept: minute rows.
+    # 2,160 hours: more than a chart's MAX_POINTS, so 6-hour buckets of the hourly rows.
+    assert history["rollups"] == "hourly" and history["resolution"] == 6 * 3600
+    assert history["gpus"][0]["ts"] == [hour.timestamp() // 21600 * 21600]
+    assert history["gpus"][0]["util"] == [[1, 40, 90]]
+    # A range of 7 days or less that starts within the minutes kept: minute rows, in 15-minute buckets.
     week = client.get("/api/v1/nodes/n1?since=7d").json()["history"]
-    assert week["resolution"] == 60 and week["gpus"][0]["ts"] == [recent.timestamp()]
+    assert week["rollups"] == "minute" and week["resolution"] == 900
+    assert week["gpus"][0]["ts"] == [recent.timestamp() // 900 * 900]
+    hours = client.get("/api/v1/nodes/n1?since=6h").json()["history"]
+    assert hours["resolution"] == 60 and hours["gpus"][0]["ts"] == [recent.timestamp()]
+    day = client.get("/api/v1/nodes/n1?since=1d").json()["history"]
+    assert day["resolution"] == 300 and day["gpus"][0]["ts"] == [recent.timestamp() // 300 * 300]
     # Two days, but starting before the minutes kept (14 days): hourly rows.
     start = hour - dt.timedelta(days=1)
     old = client.get(f"/api/v1/nodes/n1?since={start.timestamp()}&until={(start + dt.timedelta(days=2)).timestamp()}")

@@ -186,7 +186,7 @@ def fold(rollups: RollupAccumulator, *samples: dict) -> list[tuple]:
     return rollups.usage_rows()[0]
 
 
-ENERGY = -1  # a usage row's last column
+ENERGY = 12  # a usage row's column: after its key and the other sums (dashboard.live.usage_store.GPU_COLUMNS)
 
 
 @pytest.mark.parametrize("readings, expected", [
@@ -242,7 +242,7 @@ def test_allocated_to_nobody_known_and_free_in_one_minute_is_one_row(free_first)
     unattributed = node_sample("n1", 60.0, [(50, [process(None, None)], None, 100.0, H100)])
     free = node_sample("n1", 61.0, [(0, [], None, 100.0, H100)])
     rows = fold(accumulator(), *((free, unattributed) if free_first else (unattributed, free)))
-    assert [row[3:] for row in rows] == [("", "", "", H100, 2, 2.0, 1.0, 1.0, 200.0)]
+    assert [row[3:] for row in rows] == [("", "", "", H100, 2, 2.0, 1.0, 1.0, 0.0, 200.0, "", "")]
 
 
 def test_a_pruned_nodes_gpu_ids_go_to_new_gpus_only_once_its_minutes_are_written(make_ingest):  # noqa: F811
@@ -291,13 +291,13 @@ def test_ingests_inlined_definitions_agree_with_gpulse_usage():
     for reading in gpus:
         index = reading["index"]
         if reading.get("lost"):
-            assert not any(key[0] == index for key in counted) and index not in idle.entries.get("n1", {})
+            assert not any(key[0] == index for key in counted) and (index, "") not in idle.entries.get("n1", {})
             continue
         who = tuple(owner(reading)) if is_allocated(reading) else ("", "", "")
         util = reading["util"]
         busy = is_allocated(reading) and util is not None and util >= 5.0
         assert counted[(index, *who)] == (1.0 if is_allocated(reading) else 0.0, 1.0 if busy else 0.0), reading
-        assert (index in idle.entries.get("n1", {})) == bool(is_idle_allocated(reading, 5.0)), reading
+        assert ((index, "") in idle.entries.get("n1", {})) == bool(is_idle_allocated(reading, 5.0)), reading
 
 
 def test_with_accounting_off_ingest_keeps_its_rollups_and_no_usage(redis_client, make_ingest):  # noqa: F811

@@ -10,14 +10,14 @@ import pytest
 from dashboard.usage import views
 from dashboard.usage.models import EnergyPrice, GpuPrice
 from dashboard.usage.stage import IdleStage
-from dashboard.usage.templatetags.usage_format import idle_for, one_decimal, usd
+from dashboard.usage.templatetags.usage_format import busy_by_words, idle_for, one_decimal, usd
 from tests.ingest_stages import stage_of
 from tests.test_ingest import apply, frames, make_ingest  # noqa: F401 (fixtures)
 from tests.test_usage_accounting import A100, H100, node_sample, process, three_hours  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db
 
-FIGURES = ("gpu_hours", "busy_pct", "idle_gpu_hours", "idle_cost", "cost", "kwh", "energy_cost")
+FIGURES = ("gpu_hours", "busy_pct", "busy_by", "idle_gpu_hours", "idle_cost", "cost", "kwh", "energy_cost")
 MONEY = {"idle_cost", "cost", "energy_cost"}
 XSS = "<script>alert(1)</script>"
 FORMULA = "=cmd|' /C calc'!A0"
@@ -63,7 +63,8 @@ def held_by(user: str, job: str) -> dict:
 
 def shown(row: dict) -> list[str]:
     """A row's figures as the page writes them."""
-    return [usd(row[figure]) if figure in MONEY else one_decimal(row[figure]) for figure in FIGURES]
+    return [usd(row[figure]) if figure in MONEY else busy_by_words(row[figure]) if figure == "busy_by"
+            else one_decimal(row[figure]) for figure in FIGURES]
 
 
 @pytest.fixture

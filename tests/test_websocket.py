@@ -182,6 +182,22 @@ async def test_the_node_socket_sends_the_full_sample_and_status(redis_client, se
     await communicator.disconnect()
 
 
+@pytest.mark.parametrize("flagged", [b"not json", b"[1, 2]", b'{"n1": "0"}', b'{"n1": [0, "x", true, 1]}'])
+async def test_a_malformed_sm_idle_key_flags_nothing_and_loses_nothing_else(redis_client, session_cookie, flagged):
+    # The key is ingest's, but a wrong value in it (another version's, a hand edit) must not read as Redis
+    # being away and hide the node's sample.
+    redis_client.set(Keys().node("n1"), schema.encode(sample("n1", gpus=2)))
+    redis_client.set(Keys().sm_idle, flagged)
+    communicator = WebsocketCommunicator(application, "/ws/nodes/n1/", headers=headers(session_cookie))
+    connected, _ = await communicator.connect()
+    assert connected
+    message = orjson.loads(await communicator.receive_from(timeout=5))
+    await communicator.disconnect()
+    redis_client.delete(Keys().node("n1"), Keys().sm_idle)
+    assert "error" not in message and message["status"] == "up" and message["sample"]["node"] == "n1"
+    assert message["sm_idle_gpus"] == ([0, 1] if flagged.startswith(b'{"n1": [') else [])
+
+
 async def test_a_job_socket_outlasts_a_quiet_queue_then_relays_rows_and_the_end(redis_client, session_cookie):
     from gpulse import job_events
 

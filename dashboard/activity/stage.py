@@ -5,6 +5,8 @@ Time is the samples' own (where ingest placed them), so a burst of late samples 
 cover, and a GPU whose SM activity is unknown is never flagged.
 """
 
+import orjson
+
 from dashboard.live.frames import FLAG_SM_IDLE
 from dashboard.live.stages import Stage
 from gpulse.activity import SM_IDLE_FOR, kernels_run_sms_idle
@@ -32,6 +34,11 @@ class SmIdleStage(Stage):
 
     def gpu_flags(self) -> dict[str, dict[int, int]]:
         return self.flagged
+
+    def write_redis(self, pipe) -> None:
+        # For the node page (NodeConsumer): the flagged GPUs only, so small whatever the fleet's size.
+        flagged = {name: sorted(gpus) for name, gpus in self.flagged.items()}
+        pipe.set(self.core.keys.sm_idle, orjson.dumps(flagged), ex=60)
 
     def forget(self, name: str, pipe) -> None:
         self._keep(name, {}, {})

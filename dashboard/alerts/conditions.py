@@ -106,11 +106,12 @@ def _throttle(reason):
     return read
 
 
-def _idle_allocated(busy_util: float):
-    """1 while allocated and below ``busy_util``, 0 otherwise, no verdict while allocated without a utilization."""
+def _idle_allocated(busy_util: float, busy_sm_activity: float):
+    """1 while allocated and not busy (gpulse.usage.is_busy: SM activity where reported, else utilization),
+    0 otherwise, no verdict while allocated without either."""
 
     def read(gpu):
-        idle = usage.is_idle_allocated(gpu, busy_util)
+        idle = usage.is_idle_allocated(gpu, busy_util, busy_sm_activity)
         return None if idle is None else int(idle)
 
     return read
@@ -254,7 +255,7 @@ class CompiledRule:
         if rule.metric == "gpu.throttle":
             read = _throttle(rule.throttle_reason)
         elif rule.metric == "gpu.idle_allocated":
-            read = _idle_allocated(settings.GPULSE_BUSY_UTIL)
+            read = _idle_allocated(settings.GPULSE_BUSY_UTIL, settings.GPULSE_BUSY_SM_ACTIVITY)
         else:
             read = GPU_READERS.get(rule.metric)
         return cls(

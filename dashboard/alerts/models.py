@@ -63,7 +63,8 @@ RULE_METRICS = (
     RuleMetric("gpu.row_remap_pending", "GPU row remap pending or failed", legend="1 = yes", flag=True),
     RuleMetric("gpu.nvlink_down", "GPU NVLink link down", legend="1 = down", flag=True),
     RuleMetric("ib.port_down", "InfiniBand/RoCE ports not ACTIVE/LinkUp", legend="count"),
-    RuleMetric("gpu.idle_allocated", "GPU allocated but idle, below GPULSE_BUSY_UTIL",
+    RuleMetric("gpu.idle_allocated", "GPU allocated but idle: SM activity below GPULSE_BUSY_SM_ACTIVITY, "
+               "else utilization below GPULSE_BUSY_UTIL",
                legend="1 = idle; usually for 1800 s", flag=True),
     RuleMetric("probe.busbw", "NCCL probe bus bandwidth", "GB/s"),
 )

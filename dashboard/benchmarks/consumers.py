@@ -7,7 +7,7 @@ import orjson
 import redis
 
 from dashboard.benchmarks.models import BenchmarkJob
-from dashboard.live.consumers import FollowingConsumer
+from dashboard.nodes.consumers import FollowingConsumer
 from dashboard.redis_client import async_redis_client
 from gpulse import job_events
 from gpulse.keys import Keys

@@ -76,7 +76,7 @@ def read_recent(name: str) -> list:
 
 
 def read_probes(name: str) -> list[dict]:
-    """Return the node's recent bandwidth probe results, oldest first."""
+    """Return the node's recent bandwidth probe results, oldest first by their own time."""
     records = redis_client().lrange(Keys().probe_history(name), 0, -1)
     probes = []
     for record in reversed(records):
@@ -84,4 +84,7 @@ def read_probes(name: str) -> list[dict]:
             probes.append(schema.read_probe(record))
         except schema.MalformedSample:
             continue  # written by the node: one that is not valid is left out
+    # The history is in the order they were written, and a probe can be written after a newer one
+    # (a slow publish, a backfill): the probe chart's times must ascend.
+    probes.sort(key=lambda probe: probe["ts"])
     return probes

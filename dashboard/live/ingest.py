@@ -37,7 +37,7 @@ from gpulse import schema
 from gpulse.keys import INGEST_GROUP, Keys
 from gpulse.ratelog import RateLimitedLog
 from gpulse.status import DEFAULT_MAX_CLOCK_SKEW, DOWN, UP, place
-from gpulse.usage import BUSY_UTIL
+from gpulse.usage import BUSY_SM_ACTIVITY, BUSY_UTIL
 
 log = logging.getLogger("gpulse.ingest")
 
@@ -90,6 +90,7 @@ class Ingest(StreamReader):
         max_rollup_rows: int = 500_000,
         max_unacked: int = 200_000,
         busy_util: float = BUSY_UTIL,
+        busy_sm_activity: float = BUSY_SM_ACTIVITY,
         usage_accounting: bool = True,
         discover_every: float = DISCOVER_EVERY,
     ):
@@ -102,9 +103,10 @@ class Ingest(StreamReader):
         self.state = ClusterState(max_skew=max_clock_skew)
         self.forget_nodes_after = forget_nodes_after
         self.forget_consumers_after = forget_consumers_after
-        self.frames = FrameBuilder(busy_util)
+        self.frames = FrameBuilder(busy_util, busy_sm_activity)
         self.rollups = RollupAccumulator(self.keys.telemetry_stream, INGEST_GROUP, max_rows=max_rollup_rows,
-                                         busy_util=busy_util, accounting=usage_accounting)
+                                         busy_util=busy_util, accounting=usage_accounting,
+                                         busy_sm_activity=busy_sm_activity)
         self.usage_accounting = usage_accounting
         self.flush_interval = flush_interval
         self.next_flush = 0.0

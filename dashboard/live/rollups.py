@@ -43,8 +43,8 @@ from django.db import transaction
 
 from dashboard.live import rollup_store, usage_store
 from dashboard.live.models import ROLLUP_METRICS
-from dashboard.live.usage import SAMPLES, EnergyCounters, MinuteUsage, Who
-from gpulse.usage import BUSY_UTIL, owner
+from dashboard.live.usage import SAMPLES, EnergyCounters, MigReadings, MinuteUsage, Who
+from gpulse.usage import BUSY_SM_ACTIVITY, BUSY_UTIL, owner
 
 log = logging.getLogger("gpulse.ingest")
 
@@ -63,7 +63,7 @@ def entry_key(entry_id: bytes | str) -> Key:
 
 # What is read of each GPU reading, by one C-level map: the rollups' metrics, then the energy counter.
 FIELDS = (*ROLLUP_METRICS, "energy")
-UTIL, POWER, ENERGY = FIELDS.index("util"), FIELDS.index("power"), FIELDS.index("energy")
+UTIL, POWER, ENERGY, SM_ACTIVE = (FIELDS.index(name) for name in ("util", "power", "energy", "sm_active"))
 
 
 class MinuteRollup:
@@ -137,11 +137,12 @@ class RollupAccumulator:
     """
 
     def __init__(self, stream_of: Callable[[str], str], group: str, max_rows: int = 500_000,
-                 busy_util: float = BUSY_UTIL, accounting: bool = True):
+                 busy_util: float = BUSY_UTIL, accounting: bool = True, busy_sm_activity: float = BUSY_SM_ACTIVITY):
         self.stream_of = stream_of
         self.group = group
         self.max_rows = max_rows
         self.busy_util = busy_util
+        self.busy_sm_activity = busy_sm_activity
         self.accounting = accounting  # off (settings.GPULSE_USAGE_ACCOUNTING): the rollups only
         self.minutes: dict[int, MinuteRollup] = {}
         self.usage: dict[int, MinuteUsage] = {}  # minute -> its unwritten usage
@@ -201,6 +202,7 @@ class RollupAccumulator:
         intervals: list[float] = []
         minutes: list[int] = []
         usage_only: list[int] = []  # samples (by position) read again whose rollups are written
+        mig = MigReadings()
         known, accounting = self.ids, self.accounting
         high_water, usage_high_water = self.high_water, self.usage_high_water
         for key, sample in self.queued:
@@ -237,6 +239,10 @@ class RollupAccumulator:
                 values.append(tuple(map(get, FIELDS)))
                 if not accounting:
                     continue
+                instances = get("mig")
+                if instances is not None:  # MIG mode: its instances are the GPUs their owners hold
+                    slots.append(mig.add(usage, len(ids) - 1, gpu_id, node, index, get("name") or "", instances))
+                    continue
                 newest = current[gpu_id]
                 processes, k8s = get("processes"), get("k8s")
                 if k8s is None and processes and len(processes) == 1:  # the common case, owner() without its calls
@@ -261,13 +267,14 @@ class RollupAccumulator:
         self.queued = []
         if ids:
             self._fold(np.array(ids), np.array(values, dtype=float), np.array(slots), np.array(sizes),
-                       times, intervals, minutes, usage_only)
+                       times, intervals, minutes, usage_only, mig)
         self._bound()
 
     def _fold(self, ids: np.ndarray, values: np.ndarray, slots: np.ndarray, sizes: np.ndarray,
-              times: list[float], intervals: list[float], minutes: list[int], usage_only: list[int]) -> None:
+              times: list[float], intervals: list[float], minutes: list[int], usage_only: list[int],
+              mig: MigReadings) -> None:
         """Fold the readings of the queued samples (a null reading is NaN in ``values``) into their minutes;
-        ``usage_only``: the samples (by position) whose rollups are already written."""
+        ``usage_only``: the samples (by position) whose rollups are already written; ``mig``: the MIG GPUs'."""
         touched = set(minutes)
         minute_of = np.repeat(minutes, sizes) if len(touched) > 1 else None
         rollup = None
@@ -278,11 +285,21 @@ class RollupAccumulator:
         if self.accounting:
             seconds = np.repeat(intervals, sizes)
             joules = self.energy.joules(ids, np.repeat(times, sizes), values[:, ENERGY], values[:, POWER], seconds)
-            busy = values[:, UTIL] >= self.busy_util  # a null utilization (NaN) is not busy
+            # gpulse.usage.is_busy: SM activity judges where the GPU reports it, else utilization
+            # (a null, NaN, is not busy).
+            sm_active = values[:, SM_ACTIVE]
+            by_activity = ~np.isnan(sm_active)
+            busy = np.where(by_activity, sm_active >= self.busy_sm_activity / 100, values[:, UTIL] >= self.busy_util)
+            usage_minute = minute_of
+            if mig.parent:
+                slots, seconds, busy, joules, by_activity, usage_minute = mig.spread(
+                    slots, seconds, busy, joules, by_activity, minute_of, self.busy_sm_activity)
         for minute in touched:
             these = slice(None) if minute_of is None else minute_of == minute
             if self.accounting:
-                self.usage[minute].add(slots[these], seconds[these], busy[these], joules[these])
+                of_minute = these if usage_minute is minute_of else usage_minute == minute
+                self.usage[minute].add(slots[of_minute], seconds[of_minute], busy[of_minute], joules[of_minute],
+                                       by_activity[of_minute])
             if rollup is not None:
                 these = rollup if minute_of is None else these & rollup
                 if not these.any():

@@ -5,8 +5,10 @@ from django.db import connection
 from dashboard.live.models import USAGE_SUMS, ClusterUsage, GpuUsage, UsageHour
 from dashboard.live.rollup_store import merge
 
-GPU_KEY = ("node", "gpu", "minute", "user", "job", "pod")
-HOUR_KEY = ("hour", "node", "model", "user", "job", "pod")
+GPU_KEY = ("node", "gpu", "minute", "user", "job", "pod", "mig_instance")
+HOUR_KEY = ("hour", "node", "model", "user", "job", "pod", "mig_profile")
+# GpuUsage's row, as MinuteUsage.rows() makes it.
+GPU_COLUMNS = ("node", "gpu", "minute", "user", "job", "pod", "model", *USAGE_SUMS, "mig_instance", "mig_profile")
 
 
 def _adding(table: str, _vendor: str) -> str:
@@ -16,12 +18,13 @@ def _adding(table: str, _vendor: str) -> str:
 
 def _adding_with_model(table: str, vendor: str) -> str:
     q = connection.ops.quote_name
-    return f"{q('model')} = excluded.{q('model')}, " + _adding(table, vendor)
+    return f"{q('model')} = excluded.{q('model')}, {q('mig_profile')} = excluded.{q('mig_profile')}, " + _adding(
+        table, vendor)
 
 
 def merge_usage(gpu_rows: list[tuple], hour_rows: list[tuple], cluster_rows: list[tuple]) -> int:
     """Merge RollupAccumulator.usage_rows() into the three tables; call inside a transaction."""
-    merge(GpuUsage, (*GPU_KEY, "model", *USAGE_SUMS), GPU_KEY, _adding_with_model, gpu_rows, time_column=2)
+    merge(GpuUsage, GPU_COLUMNS, GPU_KEY, _adding_with_model, gpu_rows, time_column=2)
     merge(UsageHour, (*HOUR_KEY, *USAGE_SUMS), HOUR_KEY, _adding, hour_rows, time_column=0)
     merge(ClusterUsage, ("minute", *USAGE_SUMS), ("minute",), _adding, cluster_rows, time_column=0)
     return len(gpu_rows)

@@ -12,8 +12,7 @@ import math
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.json_api import json_error
-from dashboard.live.history import parse_time
+from dashboard.json_api import json_error, parse_time
 from dashboard.reliability import checkpoint, importer, report
 from dashboard.reliability.models import Incident
 

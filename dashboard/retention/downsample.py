@@ -2,12 +2,12 @@
 
 An hour's row per GPU is its minutes merged: min of the mins, max of the maxes, the sums and counts
 summed, the mean their quotient, the samples summed. An hour is computed once it ended SETTLE ago
-(ingest writes a minute's last part within seconds), and computed again at every pass while it is
-within RECOMPUTE of that, so a minute written late (a node's buffered samples after an outage) is
-picked up; each write is an upsert, so a pass that runs twice, or in two workers at once, leaves the
-same rows. The watermark says every hour before it was computed at least once: the first pass starts
-at the oldest minute, a pass after a stop catches up from there, and minutes are pruned only below it
-(prune.py).
+(ingest writes a minute's last part within seconds), and computed again at a pass within RECOMPUTE
+of that where its minutes gained samples, so a minute written late (a node's buffered samples after
+an outage) is picked up; each write is an upsert, so a pass that runs twice, or in two workers at
+once, leaves the same rows. The watermark says every hour before it was computed at least once: the
+first pass starts at the oldest minute, a pass after a stop catches up from there, and minutes are
+pruned only below it (prune.py).
 """
 
 import datetime as dt
@@ -75,8 +75,17 @@ def write_hour(hour: dt.datetime) -> int:
     return len(rows)
 
 
+def unchanged(hour: dt.datetime) -> bool:
+    """Whether ``hour``'s rows already hold every sample of its minutes. A minute only gains samples (ingest
+    merges its parts, a late one adds), so equal totals mean there is nothing to compute again: two sums,
+    where computing the hour again is a GROUP BY over its minutes and an upsert of a row per GPU."""
+    minutes = GpuRollup.objects.filter(minute__gte=hour, minute__lt=hour + HOUR).aggregate(n=Sum("samples"))["n"]
+    return minutes == GpuRollupHour.objects.filter(hour=hour).aggregate(n=Sum("samples"))["n"]
+
+
 def downsample(now: dt.datetime) -> int:
-    """Compute the hours due at ``now``: those never done and the last RECOMPUTE's; return the rows written."""
+    """Compute the hours due at ``now``: those never done, and those of the last RECOMPUTE whose minutes
+    changed since; return the rows written."""
     ready = floor_hour(now - SETTLE)  # every hour before it ended SETTLE ago or more
     start = ready - RECOMPUTE
     done = downsampled_until()
@@ -89,7 +98,8 @@ def downsample(now: dt.datetime) -> int:
     written = 0
     hour = start
     while hour < ready:
-        written += write_hour(hour)
-        _advance(hour + HOUR)
+        if done is None or hour >= done or not unchanged(hour):
+            written += write_hour(hour)
+            _advance(hour + HOUR)
         hour += HOUR
     return written

@@ -44,11 +44,15 @@ def delete_in_batches(rows: QuerySet) -> int:
         time.sleep(BATCH_PAUSE_S)
 
 
-def _minutes(cutoff: dt.datetime) -> QuerySet:
+def minutes_expire_before(cutoff: dt.datetime) -> dt.datetime | None:
+    """Minute rollups go before the cutoff and below the downsampling's watermark (None: none may go yet)."""
     done = downsampled_until()
-    if done is None:
-        return GpuRollup.objects.none()
-    return GpuRollup.objects.filter(minute__lt=min(cutoff, done))
+    return None if done is None else min(cutoff, done)
+
+
+def _minutes(cutoff: dt.datetime) -> QuerySet:
+    before = minutes_expire_before(cutoff)
+    return GpuRollup.objects.none() if before is None else GpuRollup.objects.filter(minute__lt=before)
 
 
 def _newer_transition(notifying: bool) -> Exists:
@@ -83,6 +87,7 @@ def _incidents(cutoff: dt.datetime) -> QuerySet:
 
 def _exposure(cutoff: dt.datetime) -> QuerySet:
     # The node-hours go with the incidents, or MTBF over "all" would count hours without their failures.
+    # An hour is [start, end): one that ends at the cutoff is wholly before it, as an incident ending before it is.
     return Exposure.objects.filter(source=Incident.WATCHED, end__lte=cutoff)
 
 

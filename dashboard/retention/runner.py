@@ -1,18 +1,21 @@
-"""The retention pass: downsample, then prune, every GPULSE_RETENTION_INTERVAL seconds in each control worker.
+"""The retention pass: downsample, keep the partitions (PostgreSQL), then prune.
 
-A PeriodicPass (dashboard/periodic.py says why not Celery beat): both steps are safe to run in several
-workers at once, the downsampling by upserts and a watermark that only moves forward, the pruning by
-deletes that find nothing left to delete.
+A Celery task (tasks.py) that `celery beat` sends every GPULSE_RETENTION_INTERVAL seconds, not a
+PeriodicPass thread in each control worker: a pass can take minutes (the first one downsamples every
+hour since the oldest minute, a large cluster deletes millions of rows), and once an interval across the
+cluster is enough, where a thread in each of N control workers would do the same work N times. Each step
+is still safe when two workers run it at once (a message delivered twice, a pass that outlasts its
+interval): the downsampling by upserts and a watermark that only moves forward, the partitions under an
+advisory lock, the pruning by deletes that find nothing left to delete.
 """
 
 import datetime as dt
 import logging
 
-from django.conf import settings
 from django.utils import timezone
 
-from dashboard.periodic import PeriodicPass
 from dashboard.retention.downsample import downsample
+from dashboard.retention.partitions import upkeep
 from dashboard.retention.prune import prune
 
 log = logging.getLogger(__name__)
@@ -21,11 +24,7 @@ log = logging.getLogger(__name__)
 def run_retention(now: dt.datetime | None = None) -> dict[str, int]:
     """One pass at ``now`` (default: the clock); return the hourly rows written and the rows pruned per kind."""
     now = now or timezone.now()
-    done = {"hourly rows written": downsample(now), **prune(now)}
+    done = {"hourly rows written": downsample(now), **upkeep(now), **prune(now)}
     log.info("retention: %s", ", ".join(f"{name} {count}" for name, count in done.items()))
     return done
 
-
-class RetentionPass(PeriodicPass):
-    def __init__(self, interval_s: float | None = None):
-        super().__init__("retention", run_retention, interval_s or settings.GPULSE_RETENTION_INTERVAL)

@@ -6,7 +6,7 @@ import datetime as dt
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
-from dashboard.live.history import parse_time
+from dashboard.json_api import parse_time
 from dashboard.usage.prices import current_prices
 from dashboard.usage.report import GROUPINGS, idle_now, usage_table
 

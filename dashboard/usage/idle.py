@@ -2,8 +2,9 @@
 
 Ingest updates it with each node's newest sample and that sample's frame rows,
 whose FLAG_IDLE already says which GPUs are allocated and idle
-(gpulse.usage.is_idle_allocated; a GPU without a utilization reading is not
-listed), and writes it to Redis (Keys().idle_allocations) when it changed.
+(gpulse.usage.is_idle_allocated: by SM activity where the GPU reports it, else
+utilization; a GPU with neither reading is not listed), and writes it to Redis
+(Keys().idle_allocations) when it changed.
 "Since" is when ingest first saw the GPU idle with this owner. A restarted
 ingest resumes it from the list the previous one wrote (resume(), for the
 MAX_LISTED longest idle): a GPU still idle with the same owner in its node's
@@ -11,6 +12,13 @@ first sample keeps its "since". A down node's GPUs leave the list (they are
 not idle "now": nobody knows). The list holds every idle GPU; the KPI and the
 usage page count one only once it has been idle GPULSE_IDLE_MIN_SECONDS
 (idle_long_enough).
+
+A GPU in MIG mode is listed by instance: an instance allocated and idle
+(gpulse.usage.is_idle_allocated: by its SM activity; one without it is not
+listed) is an entry of its own, with its ``mig_instance`` ("1/0"),
+``mig_profile`` and ``share`` of the GPU (gpulse.usage.mig_split), which the
+KPI and the page price it by. The GPU itself is not listed, whatever its frame
+flag says: its processes are its instances'.
 """
 
 import logging
@@ -20,7 +28,7 @@ import orjson
 from django.conf import settings
 
 from dashboard.live.frames import FLAG_IDLE
-from gpulse.usage import owner
+from gpulse.usage import is_idle_allocated, mig_instance, mig_split, owner
 
 MAX_LISTED = 1000  # the key is rewritten on a change: bound what one write carries
 
@@ -39,15 +47,20 @@ def idle_long_enough(since: float, now: float, min_seconds: float) -> bool:
     return now - since >= min_seconds
 
 
+# Where an idle thing is on its node: (GPU index, its MIG instance, "" for the whole GPU).
+Place = tuple[int, str]
+# What the list holds of it: (since, user, job, pod, model, MIG profile, share of the GPU).
+Entry = tuple[float, str, str, str, str, str, float]
+
+
 class IdleAllocations:
     def __init__(self, min_seconds: float | None = None):
         self.min_seconds = settings.GPULSE_IDLE_MIN_SECONDS if min_seconds is None else min_seconds
-        # node -> GPU index -> (since, user, job, pod, model)
-        self.entries: dict[str, dict[int, tuple[float, str, str, str, str]]] = {}
+        self.entries: dict[str, dict[Place, Entry]] = {}  # node -> place -> entry
         self.changed = True  # the first write replaces what an earlier ingest left
-        # node -> GPU index -> (since, (user, job, pod)) as an earlier ingest listed them; each
+        # node -> place -> (since, (user, job, pod)) as an earlier ingest listed them; each
         # node's are used by its first sample, then dropped.
-        self.earlier: dict[str, dict[int, tuple[float, tuple]]] = {}
+        self.earlier: dict[str, dict[Place, tuple[float, tuple]]] = {}
 
     def resume(self, raw: bytes | None) -> None:
         """Take the list an earlier ingest wrote (Redis' word: checked like any input; an entry that
@@ -63,56 +76,74 @@ class IdleAllocations:
                 continue
             node, gpu, since = entry.get("node"), entry.get("gpu"), entry.get("since")
             who = (entry.get("user"), entry.get("job"), entry.get("pod"))
+            instance = entry.get("mig_instance", "")  # absent in what an ingest before MIG wrote
             if (isinstance(node, str) and type(gpu) is int and isinstance(since, (int, float)) and math.isfinite(since)
-                    and all(isinstance(part, str) for part in who)):
-                self.earlier.setdefault(node, {})[gpu] = (float(since), who)
+                    and all(isinstance(part, str) for part in (*who, instance))):
+                self.earlier.setdefault(node, {})[(gpu, instance)] = (float(since), who)
 
     def update(self, node: str, sample: dict, placed: float, rows: list) -> None:
         """Take the node's newest sample and its frame rows (flags last), GPU by GPU."""
         earlier = self.earlier.pop(node, None) if self.earlier else None
         idle = [i for i, row in enumerate(rows) if row[-1] & FLAG_IDLE]
         listed = self.entries.get(node)
-        if not idle and not listed:  # most nodes, most of the time: nothing to look at
-            return
         gpus = sample["gpus"]
-        now = {}
-        for i in idle:
-            gpu = gpus[i]
-            who, index = owner(gpu), gpu["index"]
-            entry = listed.get(index) if listed else None
+        mig = [gpu for gpu in gpus if gpu.get("mig")]
+        if not idle and not listed and not mig:  # most nodes, most of the time: nothing to look at
+            return
+        now: dict[Place, Entry] = {}
+
+        def take(place: Place, held: dict, model: str, profile: str, share: float) -> None:
+            who = owner(held)
+            entry = listed.get(place) if listed else None
             if entry is None or entry[1:4] != who:
                 since = placed
-                if earlier and index in earlier and earlier[index][1] == who:
-                    since = min(placed, earlier[index][0])
-                entry = (since, *who, gpu.get("name") or "")
+                if earlier and place in earlier and earlier[place][1] == who:
+                    since = min(placed, earlier[place][0])
+                entry = (since, *who, model, profile, share)
                 self.changed = True
-            now[index] = entry
+            now[place] = entry
+
+        for i in idle:
+            gpu = gpus[i]
+            if not mig or gpu.get("mig") is None:  # a MIG GPU is listed by instance
+                take((gpu["index"], ""), gpu, gpu.get("name") or "", "", 1.0)
+        for gpu in mig:
+            instances = gpu["mig"]
+            idle_instances = [k for k, instance in enumerate(instances) if is_idle_allocated(instance)]
+            if idle_instances:
+                model = gpu.get("name") or ""
+                shares = mig_split(model, instances)[0]
+                for k in idle_instances:
+                    take((gpu["index"], mig_instance(instances[k])), instances[k], model,
+                         instances[k].get("profile") or "", shares[k])
         if listed and listed.keys() - now.keys():
             self.changed = True
         if now:
             self.entries[node] = now
         else:
-            del self.entries[node]
+            self.entries.pop(node, None)  # a MIG node is looked at with nothing listed
 
     def forget(self, node: str) -> None:
         if self.entries.pop(node, None):
             self.changed = True
 
-    def by_model(self, now: float) -> dict[str, int]:
-        """The GPUs idle at least min_seconds at ``now``, per GPU model (the KPI's count and cost)."""
-        counts: dict[str, int] = {}
+    def by_model(self, now: float) -> dict[str, float]:
+        """The GPUs idle at least min_seconds at ``now``, per GPU model (the KPI's count and cost): a MIG
+        instance counts its share of its GPU."""
+        counts: dict[str, float] = {}
         for listed in self.entries.values():
             for entry in listed.values():
                 if idle_long_enough(entry[0], now, self.min_seconds):
-                    counts[entry[4]] = counts.get(entry[4], 0) + 1
+                    counts[entry[4]] = counts.get(entry[4], 0) + entry[6]
         return counts
 
     def record(self) -> bytes:
         """The longest idle first, at most MAX_LISTED; clears ``changed``."""
         self.changed = False
-        flat = [(entry, node, gpu) for node, listed in self.entries.items() for gpu, entry in listed.items()]
+        flat = [(entry, node, place) for node, listed in self.entries.items() for place, entry in listed.items()]
         flat.sort(key=lambda item: item[0][0])
         return orjson.dumps([
-            {"node": node, "gpu": gpu, "since": since, "user": user, "job": job, "pod": pod, "model": model}
-            for (since, user, job, pod, model), node, gpu in flat[:MAX_LISTED]
+            {"node": node, "gpu": gpu, "mig_instance": instance, "mig_profile": profile, "share": share,
+             "since": since, "user": user, "job": job, "pod": pod, "model": model}
+            for (since, user, job, pod, model, profile, share), node, (gpu, instance) in flat[:MAX_LISTED]
         ])

@@ -6,8 +6,13 @@ prices (dashboard/usage/prices.py): a corrected price corrects the past too.
 
 - GPU-hours: allocated GPU-hours (gpulse/usage.py: a job, a pod or a process
   holds the GPU); cost = GPU-hours × the model's $/GPU-hour.
-- Idle GPU-hours: allocated but below the busy threshold; idle cost alike.
+- Idle GPU-hours: allocated but not busy (gpulse/usage.py: SM activity below GPULSE_BUSY_SM_ACTIVITY where
+  the GPUs report it, else utilization below GPULSE_BUSY_UTIL); idle cost alike. ``busy_by`` says which of
+  the two judged most of the allocated time ("sm_activity" or "utilization"; null without allocated time).
 - kWh: the GPUs' energy (by node: every GPU, allocated or not); energy cost = kWh × $/kWh.
+- MIG: a group's MIG instances are a row of their own per profile (``mig_profile``, "" for whole GPUs):
+  an instance counts its share of its GPU (dashboard/live/usage.py), so its GPU-hours, cost and kWh are
+  that fraction of a whole GPU's.
 """
 
 import datetime as dt
@@ -25,9 +30,12 @@ from dashboard.redis_client import redis_client
 from dashboard.usage.idle import idle_long_enough
 from dashboard.usage.prices import Prices
 from gpulse.keys import Keys
+from gpulse.usage import busy_by
 
 # The owner fields each grouping shows, the first being what it groups by.
 GROUPINGS = {"user": ("user",), "job": ("job", "pod", "user"), "node": ("node",)}
+# Every grouping's rows are apart per MIG profile too: "1g.10gb", "" for whole GPUs.
+MIG_PROFILE = "mig_profile"
 HOUR = 3600
 MAX_SPAN = dt.timedelta(days=400)
 MINUTE_POINTS_UP_TO = dt.timedelta(days=2)  # longer ranges chart hourly points
@@ -55,6 +63,7 @@ def _figures(sums: dict, prices: Prices) -> dict:
     return {
         "gpu_hours": allocated / HOUR,
         "busy_pct": 100.0 * busy / allocated if allocated else None,
+        "busy_by": busy_by(allocated, sums["by_activity"] or 0.0),
         "idle_gpu_hours": (allocated - busy) / HOUR,
         "cost": sums["cost"] or 0.0,
         "idle_cost": sums["idle_cost"] or 0.0,
@@ -68,7 +77,8 @@ def _sums(prices: Prices) -> dict:
     database orders the groups by cost and only the costliest come back."""
     price = prices.gpu_hour_sql("model")
     return {"seconds": Sum("seconds"), "allocated": Sum("allocated_seconds"), "busy": Sum("busy_seconds"),
-            "joules": Sum("energy_j"), "cost": Sum(F("allocated_seconds") * price) / HOUR,
+            "by_activity": Sum("sm_activity_seconds"), "joules": Sum("energy_j"),
+            "cost": Sum(F("allocated_seconds") * price) / HOUR,
             "idle_cost": Sum((F("allocated_seconds") - F("busy_seconds")) * price) / HOUR}
 
 
@@ -80,7 +90,8 @@ def usage_table(by: str, since: dt.datetime, until: dt.datetime, prices: Prices,
     if by != "node":  # a GPU nobody held belongs to no user or job (its energy shows by node)
         rows = rows.filter(allocated_seconds__gt=0)
     sums = _sums(prices)
-    groups = rows.values(*fields).order_by().annotate(**sums).order_by("-cost", "-joules", *fields)
+    groups = rows.values(*fields, MIG_PROFILE).order_by().annotate(**sums).order_by("-cost", "-joules", *fields,
+                                                                                    MIG_PROFILE)
     with transaction.atomic():
         if connection.vendor == "postgresql":
             # A month of jobs is 100,000+ groups: let them hash in memory rather than sort on disk.
@@ -88,7 +99,7 @@ def usage_table(by: str, since: dt.datetime, until: dt.datetime, prices: Prices,
                 cursor.execute("SET LOCAL work_mem = '64MB'")
         table = []
         for group in groups if limit is None else groups[:limit]:
-            entry = {**{field: group[field] for field in fields}, **_figures(group, prices)}
+            entry = {**{field: group[field] for field in (*fields, MIG_PROFILE)}, **_figures(group, prices)}
             if by == "node":
                 entry["allocated_pct"] = 100.0 * group["allocated"] / group["seconds"] if group["seconds"] else None
             table.append(entry)
@@ -124,11 +135,12 @@ def allocation_series(since: dt.datetime, until: dt.datetime) -> dict:
 
 
 def idle_now(prices: Prices, limit: int = 100) -> list[dict]:
-    """GPUs allocated but idle right now for at least GPULSE_IDLE_MIN_SECONDS, longest first, with how long
-    and what they cost per hour."""
+    """GPUs and MIG instances allocated but idle right now for at least GPULSE_IDLE_MIN_SECONDS, longest first,
+    with how long and what they cost per hour (an instance: its share of its GPU's price)."""
     raw = redis_client().get(Keys().idle_allocations)
     entries = orjson.loads(raw) if raw else []
     now = time.time()
     lasting = [entry for entry in entries if idle_long_enough(entry["since"], now, settings.GPULSE_IDLE_MIN_SECONDS)]
-    return [{**entry, "idle_s": max(0.0, now - entry["since"]), "usd_per_hour": prices.gpu_hour(entry["model"])}
-            for entry in lasting[:limit]]
+    # An entry an ingest before MIG wrote has no share: a whole GPU's.
+    return [{"mig_instance": "", "mig_profile": "", "share": 1.0, **entry, "idle_s": max(0.0, now - entry["since"]),
+             "usd_per_hour": prices.gpu_hour(entry["model"]) * entry.get("share", 1.0)} for entry in lasting[:limit]]

@@ -17,9 +17,9 @@ from gpulse.status import DOWN
 PRICES_EVERY = 60.0
 
 
-def idle_summary(idle_by_model: dict[str, int], price: Prices) -> dict:
-    """The KPI "allocated but idle: N GPUs, $X/h"."""
-    return {"gpus": sum(idle_by_model.values()),
+def idle_summary(idle_by_model: dict[str, float], price: Prices) -> dict:
+    """The KPI "allocated but idle: N GPUs, $X/h" (an idle MIG instance: its share of a GPU, N to 2 decimals)."""
+    return {"gpus": round(sum(idle_by_model.values()), 2),
             "usd_per_hour": sum(count * price.gpu_hour(model) for model, count in idle_by_model.items())}
 
 

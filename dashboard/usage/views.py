@@ -11,12 +11,12 @@ from django.views.decorators.http import require_GET
 from dashboard.usage.api import parse_range
 from dashboard.usage.idle import MAX_LISTED
 from dashboard.usage.prices import current_prices
-from dashboard.usage.report import GROUPINGS, allocation_series, idle_now, usage_table
+from dashboard.usage.report import GROUPINGS, MIG_PROFILE, allocation_series, idle_now, usage_table
 
 RANGES = (("24h", "24 h"), ("7d", "7 d"), ("30d", "30 d"))
 DEFAULT_RANGE = "7d"  # what parse_range takes without a since
 TITLES = {"user": "By user", "job": "By job", "node": "By node"}
-FIGURES = ("gpu_hours", "busy_pct", "idle_gpu_hours", "idle_cost", "cost", "kwh", "energy_cost")
+FIGURES = ("gpu_hours", "busy_pct", "busy_by", "idle_gpu_hours", "idle_cost", "cost", "kwh", "energy_cost")
 TOP_IDLE = 25
 PAGE_ROWS = 100  # the costliest groups a table shows; a month holds 100,000 jobs, which the CSV has
 # Rows of a table laid out as the page opens; the rest wait in a <template> for later-rows.js. As
@@ -26,8 +26,10 @@ FIRST_ROWS = 25
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
-def _columns(by: str) -> tuple[str, ...]:
-    return (*GROUPINGS[by], *(("allocated_pct",) if by == "node" else ()), *FIGURES)
+def _columns(by: str, mig: bool = True) -> tuple[str, ...]:
+    """A table's columns; ``mig``: with the MIG profile (the CSV's always are: last, where a spreadsheet
+    made before it was there does not look)."""
+    return (*GROUPINGS[by], *(("allocated_pct",) if by == "node" else ()), *FIGURES, *((MIG_PROFILE,) if mig else ()))
 
 
 def _utc(ts: float) -> dt.datetime:
@@ -62,11 +64,13 @@ def usage_page(request):
 
 def _shown(table: dict) -> dict:
     """A table as the template walks it: each row's group (user; job, pod, user; node) as a list, the
-    first FIRST_ROWS rows apart from the later ones."""
+    first FIRST_ROWS rows apart from the later ones; the MIG column only where a row is a MIG instance's."""
     names = GROUPINGS[table["by"]]
     rows = [{**row, "group": [row[name] for name in names]} for row in table["rows"]]
-    return {**table, "title": TITLES[table["by"]], "names": names, "width": len(_columns(table["by"])),
-            "cut": len(rows) == PAGE_ROWS, "rows": rows[:FIRST_ROWS], "later_rows": rows[FIRST_ROWS:]}
+    mig = any(row[MIG_PROFILE] for row in rows)
+    return {**table, "title": TITLES[table["by"]], "names": names, "mig": mig,
+            "width": len(_columns(table["by"], mig)), "cut": len(rows) == PAGE_ROWS, "rows": rows[:FIRST_ROWS],
+            "later_rows": rows[FIRST_ROWS:]}
 
 
 def _defused(value):

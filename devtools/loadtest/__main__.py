@@ -12,7 +12,7 @@ import sys
 
 import orjson
 
-from collectors.arguments import positive_float, positive_int
+from collectors.arguments import non_negative_float, positive_float, positive_int
 from devtools.loadtest import report
 from devtools.loadtest.run import Options, run
 
@@ -38,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="after the window, time the overview page in headless Chromium (default 20 s)")
     parser.add_argument("--ws-compression", action="store_true",
                         help="run web with uvicorn's per-message deflate on (its default; gpulse turns it off)")
+    parser.add_argument("--retention", type=non_negative_float, default=0.0, metavar="SECONDS",
+                        help="run the retention pass (downsample, partitions, prune) every SECONDS during the window, "
+                             "after seeding expired minute rows (default 0: off)")
+    parser.add_argument("--retention-hours", type=positive_float, default=1.0, metavar="HOURS",
+                        help="with --retention: hours of minute rollups and usage minutes per GPU past their "
+                             "retention, seeded before the run (default 1)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     parser.add_argument("-v", "--verbosity", type=int, choices=(0, 1, 2, 3), default=1,
                         help="0: no progress lines on stderr (default 1)")
@@ -53,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         clients=args.clients, collectors=args.collectors, redis_url=args.redis_url,
         database_url=args.database_url, warmup=args.warmup,
         browser_seconds=args.browser, ws_compression=args.ws_compression,
+        retention=args.retention, retention_hours=args.retention_hours,
     )
 
     def say(line: str) -> None:

@@ -12,6 +12,7 @@ of each node in it.
 import asyncio
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +20,9 @@ import orjson
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.typing import Origin
+
+# Sample ts -> which of them to count (a mask), e.g. those taken while a retention pass ran.
+Selection = Callable[[np.ndarray], np.ndarray]
 
 # frames.py writes "type" then "seq" first; anything else is parsed in full.
 FRAME_HEAD = re.compile(r'^\{"type":"(\w+)","seq":(\d+)')
@@ -141,17 +145,19 @@ class ClientFleet:
             await asyncio.sleep(0.05)
         return True
 
-    def latencies(self, window: tuple[float, float]) -> np.ndarray:
-        """Seconds from each sample's ts (within ``window``) to its delta's arrival, over every client."""
-        in_window = {seq: _within(delta.ts, window) for seq, delta in self.deltas.items()}
+    def latencies(self, window: tuple[float, float], where: Selection | None = None) -> np.ndarray:
+        """Seconds from each sample's ts (within ``window``, and where ``where`` holds) to its delta's arrival,
+        over every client."""
+        in_window = {seq: _within(delta.ts, window, where) for seq, delta in self.deltas.items()}
         parts = [received - in_window[seq] for log in self.logs for seq, received in log.arrivals if seq in in_window]
         return np.concatenate(parts) if parts else np.empty(0)
 
-    def ingest_lags(self, window: tuple[float, float]) -> list[np.ndarray]:
-        """Per delta, in order: seconds from each sample's ts (within ``window``) to the frame's "sent" stamp."""
+    def ingest_lags(self, window: tuple[float, float], where: Selection | None = None) -> list[np.ndarray]:
+        """Per delta, in order: seconds from each sample's ts (within ``window``, and where ``where`` holds) to
+        the frame's "sent" stamp."""
         lags = []
         for _seq, delta in sorted(self.deltas.items()):
-            ts = _within(delta.ts, window)
+            ts = _within(delta.ts, window, where)
             if len(ts):
                 lags.append(delta.sent - ts)
         return lags
@@ -176,5 +182,8 @@ class ClientFleet:
         return [f"client {i}: {log.closed}" for i, log in enumerate(self.logs) if log.closed]
 
 
-def _within(ts: np.ndarray, window: tuple[float, float]) -> np.ndarray:
-    return ts[(ts >= window[0]) & (ts < window[1])]
+def _within(ts: np.ndarray, window: tuple[float, float], where: Selection | None = None) -> np.ndarray:
+    kept = (ts >= window[0]) & (ts < window[1])
+    if where is not None:
+        kept &= where(ts)
+    return ts[kept]

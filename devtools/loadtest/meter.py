@@ -10,13 +10,16 @@ class ProcessMeter:
     """Follow a group of processes (one role: ingest, web, the collectors ...).
 
     CPU is the time the group used between start() and stop() over the wall time
-    between them, in percent of one core; RSS is the peak of the group's summed
-    resident memory over the sample() calls.
+    between them, in percent of one core; RSS is the group's summed resident
+    memory at the first and the last sample() call (a soak reads whether it
+    grew) and its peak over them all.
     """
 
     def __init__(self, pids: list[int]):
         self.processes = [psutil.Process(pid) for pid in pids]
         self.peak_rss = 0
+        self.first_rss: int | None = None
+        self.last_rss = 0
         self._start: tuple[float, float] | None = None
         self._stop: tuple[float, float] | None = None
 
@@ -46,6 +49,9 @@ class ProcessMeter:
             except psutil.NoSuchProcess:
                 continue
         self.peak_rss = max(self.peak_rss, rss)
+        if self.first_rss is None:
+            self.first_rss = rss
+        self.last_rss = rss
 
     @property
     def cpu_percent(self) -> float:
@@ -53,9 +59,11 @@ class ProcessMeter:
         (t0, cpu0), (t1, cpu1) = self._start, self._stop
         return 100.0 * (cpu1 - cpu0) / (t1 - t0)
 
-    @property
-    def peak_rss_mb(self) -> float:
-        return self.peak_rss / 2**20
+    def rss_mb(self) -> dict:
+        """The group's RSS in MiB at the start, at the end and at its peak."""
+        assert self.first_rss is not None, "read after start()"
+        return {name: round(value / 2**20, 1)
+                for name, value in (("start", self.first_rss), ("end", self.last_rss), ("peak", self.peak_rss))}
 
 
 class MemoryMeter:

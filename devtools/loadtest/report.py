@@ -16,9 +16,14 @@ def percentiles(values: np.ndarray) -> dict:
     return {"p50": ms(p50), "p99": ms(p99), "max": ms(values.max())}
 
 
+def pooled(per_frame: list[np.ndarray]) -> dict:
+    """Percentiles over every node of every frame."""
+    return percentiles(np.concatenate(per_frame) if per_frame else np.empty(0))
+
+
 def lag_summary(per_frame: list[np.ndarray], interval: float) -> dict:
     """Percentiles over every node of every frame, plus the median lag at the start and at the end."""
-    summary = percentiles(np.concatenate(per_frame) if per_frame else np.empty(0))
+    summary = pooled(per_frame)
     edge = max(1, round(TREND_SECONDS / interval))
     if len(per_frame) >= 2 * edge:
         summary["first_10s_p50"] = ms(np.median(np.concatenate(per_frame[:edge])))
@@ -51,7 +56,8 @@ ROWS = (
     ("CPU ingest / web (of one core)", lambda r: " / ".join(map(_percent, r["cpu_percent"].values()))),
     ("CPU collectors / redis / clients", lambda r: " / ".join(
         _percent(r[key]) for key in ("collector_cpu_percent", "redis_cpu_percent", "client_cpu_percent"))),
-    ("peak RSS ingest / web", lambda r: f"{r['rss_mb']['ingest']:.0f} MiB / {r['rss_mb']['web']:.0f} MiB"),
+    ("RSS ingest / web start > end (peak)", lambda r: " / ".join(
+        f"{m['start']:.0f} > {m['end']:.0f} MiB ({m['peak']:.0f})" for m in r["rss_mb"].values())),
     ("Redis used memory", lambda r: f"{r['redis_mb']:.0f} MiB now, about {r['redis_mb_bound']:.0f} MiB once the "
                                     f"node streams (MAXLEN {r['telemetry_maxlen']:,} each) and recent points are full"),
     ("websocket clients", lambda r: f"{r['clients']}, {r['frames_per_client']:.1f} deltas each"),
@@ -63,6 +69,16 @@ def table(result: dict) -> str:
              f"{result['interval']:g} s, {result['duration']:g} s, {result['clients']} clients, "
              f"{result['collectors']} collector processes")
     rows = [(label, fmt(result)) for label, fmt in ROWS]
+    retention = result.get("retention")
+    if retention:
+        keys = ("p50", "p99", "max")
+        durations = retention["pass_s"]
+        rows.append(("retention passes / longest", f"{retention['passes']} every {retention['every_s']:g} s / "
+                                                    f"{max(durations, default=0):.1f} s"))
+        rows.append(("rows pruned / hourly rows written", f"{sum(retention['pruned'].values()):,} / "
+                                                           f"{retention['hourly_rows_written']:,}"))
+        for key in ("during_passes", "outside_passes"):
+            rows.append((f"end-to-end {key.replace('_', ' ')}", _ms(result["e2e_latency_ms"][key], keys)))
     browser = result.get("browser")
     if browser:
         keys = ("p50", "p95", "max")

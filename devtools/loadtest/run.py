@@ -13,7 +13,8 @@ import redis
 from devtools.loadtest.browser import measure_overview
 from devtools.loadtest.clients import ClientFleet
 from devtools.loadtest.meter import ProcessMeter
-from devtools.loadtest.report import lag_summary, percentiles
+from devtools.loadtest.pruner import during, read_passes, summary
+from devtools.loadtest.report import lag_summary, percentiles, pooled
 from devtools.loadtest.system import LoadSystem
 from gpulse.keys import RECENT_POINTS, TELEMETRY_MAXLEN
 
@@ -33,15 +34,33 @@ class Options:
     warmup: float = 5.0
     browser_seconds: float = 0.0  # > 0: time the overview page in Chromium for this long after the window
     ws_compression: bool = False  # let uvicorn deflate each frame per client (its default; see system.py)
+    retention: float = 0.0  # > 0: a retention pass this many seconds apart during the window (pruner.py)
+    retention_hours: float = 1.0  # hours of minute rows per GPU past their retention, seeded first (seed.py)
+
+
+# Seeded rows expire through this long after the window's expected start, past the start-up and warm-up.
+SEED_AHEAD_S = 600.0
+
+
+def seed_arguments(options: Options) -> list[str] | None:
+    """devtools.loadtest.seed's arguments for the run, None without retention passes."""
+    if options.retention <= 0:
+        return None
+    ahead = options.warmup + options.duration + SEED_AHEAD_S
+    return ["--nodes", str(options.nodes), "--gpus-per-node", str(options.gpus_per_node),
+            "--hours", str(options.retention_hours), "--ahead", str(ahead)]
 
 
 def run(options: Options, say: Callable[[str], None] = lambda line: None) -> dict:
     """Return the result (report.py's schema); every process started is stopped, whatever happens."""
     system = LoadSystem(options.nodes, options.gpus_per_node, options.interval, options.collectors,
-                        options.redis_url, options.ws_compression, options.database_url)
+                        options.redis_url, options.ws_compression, options.database_url,
+                        seed=seed_arguments(options))
     keep_logs = False
     try:
         say(f"starting Redis, web, ingest and {system.collectors} collector processes (state in {system.state_dir})")
+        if options.retention > 0:
+            say(f"seeding {options.retention_hours:g} h of expired minute rows per GPU first")
         system.start()
         session = system.login()
         return asyncio.run(measure(system, session, options, say))
@@ -59,16 +78,17 @@ async def measure(system: LoadSystem, session: str, options: Options, say: Calla
         await fleet.start()
         say(f"{options.clients} websocket clients connected; waiting for frames that carry every node")
         await fleet.wait_for_full_frames(options.nodes, timeout=60.0)
-        await asyncio.sleep(options.warmup)
-        system.check_running()
 
-        # The window is whole intervals of the collectors' sampling grid: it holds
+        # The window is whole intervals of the collectors' sampling grid, after the warm-up: it holds
         # the samples taken from its first grid point on, duration / interval bursts.
         interval = options.interval
         periods = max(1, round(options.duration / interval))
-        first = (math.floor(time.time() / interval) + 1) * interval
+        first = (math.floor((time.time() + options.warmup) / interval) + 1) * interval
         window = (first, first + periods * interval)
+        # Started now, so it has set up Django by the window's start, when it runs its first pass.
+        passes_log = system.start_pruner(options.retention, window) if options.retention > 0 else None
         await asyncio.sleep(first - time.time())
+        system.check_running()
         meters = {role: ProcessMeter(pids) for role, pids in system.pids().items()}
         meters["clients"] = ProcessMeter([os.getpid()])
         for meter in meters.values():
@@ -109,7 +129,7 @@ async def measure(system: LoadSystem, session: str, options: Options, say: Calla
         "e2e_latency_ms": percentiles(fleet.latencies(window)),
         "frame_bytes": round(float(np.mean(sizes))) if sizes else 0,
         "cpu_percent": {"ingest": round(meters["ingest"].cpu_percent, 1), "web": round(meters["web"].cpu_percent, 1)},
-        "rss_mb": {"ingest": round(meters["ingest"].peak_rss_mb, 1), "web": round(meters["web"].peak_rss_mb, 1)},
+        "rss_mb": {"ingest": meters["ingest"].rss_mb(), "web": meters["web"].rss_mb()},
         "redis_mb": memory["used_mb"],
         "dropped": expected - received,
         "redis_mb_bound": memory["bound_mb"],
@@ -129,6 +149,18 @@ async def measure(system: LoadSystem, session: str, options: Options, say: Calla
     }
     if browser is not None:
         result["browser"] = browser
+    if passes_log is not None:
+        passes = read_passes(passes_log)
+        in_pass = during(passes, window[1])
+
+        def outside(ts: np.ndarray) -> np.ndarray:
+            return ~in_pass(ts)
+
+        for key, where in (("during_passes", in_pass), ("outside_passes", outside)):
+            result["e2e_latency_ms"][key] = percentiles(fleet.latencies(window, where))
+            result["ingest_lag_ms"][key] = pooled(fleet.ingest_lags(window, where))
+        result["retention"] = {**summary(passes, options.retention, system.seeded),
+                               "cpu_percent": round(meters["pruner"].cpu_percent, 1)}
     return result
 
 

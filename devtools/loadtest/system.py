@@ -13,16 +13,18 @@ import http.cookiejar
 import re
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import orjson
 import redis
 
 from devtools.redis_server import EmbeddedRedis, free_port
-from devtools.stack import Stack
+from devtools.stack import ROOT, Stack
 from gpulse.keys import Keys
 
 # One simulated collector process per this many nodes: a sample of 250 × 8 GPUs
@@ -51,11 +53,14 @@ class LoadSystem:
         ws_compression: bool = False,
         database_url: str | None = None,
         whole_demo: bool = False,
+        seed: list[str] | None = None,
     ):
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
         self.interval = interval
         self.whole_demo = whole_demo
+        self.seed_args = seed  # devtools.loadtest.seed's arguments: old rows for the retention passes
+        self.seeded: dict = {}
         self.collectors = 1 if whole_demo else collectors or collector_count(nodes)
         if self.collectors > nodes:
             raise ValueError(f"{self.collectors} collectors cannot share {nodes} nodes")
@@ -104,16 +109,17 @@ class LoadSystem:
             self.redis = EmbeddedRedis(directory=str(self.state_dir / "redis")).start()
             self.stack.redis_url = self.redis.url
         py = sys.executable
-        # Collectors first: they need only Redis, and sample while Django starts elsewhere.
-        for k, count in enumerate(split(self.nodes, self.collectors), start=1):
-            self.stack.spawn(
-                f"collector-{k}", "simulator", py, "-m", "collectors", "--source", "simulated",
-                "--redis-url", self.redis_url,
-                "--nodes", str(count), "--gpus-per-node", str(self.gpus_per_node), "--interval", str(self.interval),
-                "--name-prefix", f"sim{k}-", "--seed", str(k), "--probe-interval", "0",
-            )
+        seed_args = self.seed_args
+        if seed_args is None:  # collectors first: they need only Redis, and sample while Django starts elsewhere
+            self._start_collectors()
         self.stack.manage("migrate", "--noinput")
         self.stack.manage("ensure_admin", "--username", self.username)
+        if seed_args is not None:
+            # Before the collectors, web and ingest: minutes of seeding beside running collectors left ingest
+            # a backlog of their samples that it was still catching up on in the window (11 s lag at its
+            # start); on SQLite the seeding's writes would also hold up ingest's.
+            self.seeded = orjson.loads(self._run_module("devtools.loadtest.seed", *seed_args))
+            self._start_collectors()
         # Browsers offer permessage-deflate and uvicorn accepts it by default: the web
         # process then compresses every ~250 KB frame once per browser, in its one
         # event loop (40 % of a core and a 2 s p99 at 100 clients). gpulse runs web
@@ -127,6 +133,31 @@ class LoadSystem:
         self.stack.spawn("ingest", "ingest", py, "manage.py", "ingest")
         self.stack.wait_for_web()
         return self
+
+    def _start_collectors(self) -> None:
+        for k, count in enumerate(split(self.nodes, self.collectors), start=1):
+            self.stack.spawn(
+                f"collector-{k}", "simulator", sys.executable, "-m", "collectors", "--source", "simulated",
+                "--redis-url", self.redis_url,
+                "--nodes", str(count), "--gpus-per-node", str(self.gpus_per_node), "--interval", str(self.interval),
+                "--name-prefix", f"sim{k}-", "--seed", str(k), "--probe-interval", "0",
+            )
+
+    def _run_module(self, module: str, *args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=self.stack.role_env("control"),
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"python -m {module} failed:\n{done.stderr.strip()[-3000:]}")
+        return done.stdout
+
+    def start_pruner(self, every: float, window: tuple[float, float]) -> Path:
+        """Start the retention passes (devtools.loadtest.pruner) for ``window``; return the file they log to."""
+        log = self.state_dir / "retention-passes.jsonl"
+        self.stack.spawn(
+            "pruner", "control", sys.executable, "-m", "devtools.loadtest.pruner", "--every", str(every),
+            "--log", str(log), "--first-at", str(window[0]), "--until", str(window[1]),
+        )
+        return log
 
     def check_running(self) -> None:
         """Raise RuntimeError naming a child process that has exited."""

@@ -5,7 +5,8 @@
  * one array walk per frame. The heatmap, KPIs, table and health page read these
  * arrays (rows.health: each node's verdict, verdict.js; rows.problems: the "problems
  * first" order, from its verdict or being down, then how many of its GPUs have a fault,
- * all of them while it is down: verdict.js problemScore).
+ * all of them while it is down: verdict.js problemScore). cells.mig holds a MIG GPU's instances
+ * (readInstances), null for every other cell; rows.mig how many of a node's GPUs are in MIG mode.
  */
 (function () {
   "use strict";
@@ -15,6 +16,9 @@
   const FLAG = Frames.FLAG;
   const FAULT = Frames.FAULT;
   const META = Frames.META;
+  const MIG = Frames.MIG;
+  // Most compute slices one profile names ("7g.80gb"); a larger number is not a profile's.
+  const MAX_SLICES = 8;
   // A seq this far below the last one means ingest restarted and counts from 1 again.
   const SEQ_RESTART_GAP = 10;
 
@@ -115,12 +119,14 @@
       model.names = names;
       model.cols = cols;
       model.rowOf = new Map(names.map(function (name, i) { return [name, i]; }));
-      ["util", "memUsed", "temp", "power", "memTotal", "powerLimit"].forEach(function (key) {
+      ["util", "memUsed", "temp", "power", "smActive", "memTotal", "powerLimit"].forEach(function (key) {
         cells[key] = new Float32Array(n * cols);
       });
       cells.flags = new Uint8Array(n * cols);
       cells.present = new Uint8Array(n * cols);
       cells.model = new Array(n * cols).fill("");
+      cells.mig = new Array(n * cols).fill(null);
+      rows.mig = new Uint8Array(n);
       rows.status = new Array(n).fill("down");
       rows.probe = new Array(n).fill(null);
       rows.health = new Array(n).fill(window.GpulseVerdict.read(null));
@@ -140,6 +146,9 @@
       const gpus = entry.gpus;
       const meta = entry.meta || [];
       const notDown = entry.status !== "down";
+      // Only a node with a GPU in MIG mode has the part (an object keyed by the GPU's position).
+      const mig = notDown && entry.mig && typeof entry.mig === "object" ? entry.mig : null;
+      let migGpus = 0;
       let reporting = 0, lost = 0, faults = 0, utilSum = 0, utilN = 0, maxTemp = NaN;
       let power = 0, powerLimit = 0, memUsed = 0, memTotal = 0;
       for (let g = 0; g < cols; g++) {
@@ -149,10 +158,12 @@
         cells.model[i] = info ? String(info[META.model]) : "";
         cells.memTotal[i] = info ? F.numberOrNaN(info[META.mem_total]) : NaN;
         cells.powerLimit[i] = info ? F.numberOrNaN(info[META.power_limit]) : NaN;
+        const instances = (cells.mig[i] = mig && row ? readInstances(mig[g]) : null);
+        if (instances) migGpus += 1;
         if (!row) {
           cells.present[i] = 0;
           cells.flags[i] = 0;
-          cells.util[i] = cells.memUsed[i] = cells.temp[i] = cells.power[i] = NaN;
+          cells.util[i] = cells.memUsed[i] = cells.temp[i] = cells.power[i] = cells.smActive[i] = NaN;
           continue;
         }
         cells.present[i] = 1;
@@ -161,6 +172,8 @@
         const m = (cells.memUsed[i] = F.numberOrNaN(row[f.mem_used]));
         const t = (cells.temp[i] = F.numberOrNaN(row[f.temp]));
         const p = (cells.power[i] = F.numberOrNaN(row[f.power]));
+        // NaN where not reported, and where a frame has no such field (an ingest from before it).
+        cells.smActive[i] = f.sm_active === undefined ? NaN : F.numberOrNaN(row[f.sm_active]);
         cells.flags[i] = flags;
         if (flags & FAULT) faults += 1;
         if (flags & FLAG.LOST) {
@@ -195,6 +208,7 @@
       rows.status[r] = String(entry.status);
       rows.ts[r] = F.numberOrNaN(entry.ts);
       rows.gpus[r] = gpus.length;
+      rows.mig[r] = migGpus;
       rows.reporting[r] = reporting;
       rows.lost[r] = lost;
       rows.utilSum[r] = utilSum;
@@ -208,6 +222,26 @@
     }
 
     return model;
+  }
+
+  /* A MIG GPU's instance rows (frames.py MIG_FIELDS), read as untrusted: at most MAX_MIG_INSTANCES,
+   * numbers or NaN, the profile as text (shown with textContent only); null if not a list. */
+  function readInstances(list) {
+    if (!Array.isArray(list)) return null;
+    return list.slice(0, Frames.MAX_MIG_INSTANCES).map(function (row) {
+      if (!Array.isArray(row)) row = [];
+      const slices = F.numberOrNaN(row[MIG.slices]);
+      return {
+        gi: F.numberOrNaN(row[MIG.gpu_instance]),
+        ci: F.numberOrNaN(row[MIG.compute_instance]),
+        profile: typeof row[MIG.profile] === "string" ? row[MIG.profile].slice(0, 32) : "",
+        slices: slices >= 1 && slices <= MAX_SLICES ? Math.floor(slices) : NaN,
+        smActive: F.numberOrNaN(row[MIG.sm_active]),
+        memUsed: F.numberOrNaN(row[MIG.mem_used]),
+        memTotal: F.numberOrNaN(row[MIG.mem_total]),
+        flags: F.numberOrNaN(row[MIG.flags]) || 0,
+      };
+    });
   }
 
   /* "182.4 GB/s vs median 190.1 GB/s", or why a frame's probe has no bandwidth. */

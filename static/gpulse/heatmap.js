@@ -10,6 +10,9 @@
  * A node whose bandwidth probe is low, or whose health verdict is degraded or
  * failing, is flagged on its row label. Rows are in name order, or with
  * view.order "problems" the down, failing and degraded nodes first, then those with faults.
+ * A GPU in MIG mode is drawn divided into its instances, each as wide as its compute slices
+ * (of 7, or of more where its instances add up to more), coloured by its own value where the
+ * metric has one per instance (SM activity, memory, usage), else by the GPU's.
  */
 (function () {
   "use strict";
@@ -23,9 +26,15 @@
   const LEVEL_NAMES = ["healthy", "degraded", "failing"];
   const LEVEL_TEXT = ["", "DEGR", "FAIL"];
   // Usage mode: z is 0 not allocated, 1 allocated and busy, 2 allocated but idle (frame flags
-  // ALLOCATED and IDLE, gpulse/usage.py); idle cells say so in words too.
+  // ALLOCATED and IDLE, gpulse/usage.py: by SM activity where the GPU reports it, else utilization);
+  // idle cells say so in words too.
   const USAGE_NAMES = ["not allocated", "busy (allocated)", "idle (allocated)"];
   const USAGE_TEXT = ["", "", "IDLE"];
+  // A MIG GPU's compute slices (A100 to B200); an instance whose profile names none counts as one.
+  const MIG_SLICES = 7;
+  // An instance where the metric has no value of its own and the GPU none either (utilization in
+  // MIG mode): a plain slate, not the no-data hatch, since the GPU reports, by instance.
+  const MIG_FILL = "#d3dae4";
 
   // Rows shorter than this get no numbers in the cells, only the fault outlines.
   const COMPACT_ROW_PX = 18;
@@ -45,6 +54,8 @@
     temp: [[0, "#ffffcc"], [0.35, "#fed976"], [0.6, "#fd8d3c"], [0.8, "#e31a1c"], [1, "#800026"]],
     power: [[0, "#fcfbfd"], [0.3, "#dadaeb"], [0.6, "#9e9ac8"], [0.8, "#6a51a3"], [1, "#3f007d"]],
     mem: [[0, "#f7fcf5"], [0.3, "#c7e9c0"], [0.6, "#74c476"], [0.8, "#238b45"], [1, "#00441b"]],
+    // Oranges, unlike utilization's blues: the two side by side are the stalled loader (blue, pale).
+    activity: [[0, "#fff5eb"], [0.25, "#fdd0a2"], [0.5, "#fd8d3c"], [0.75, "#d94801"], [1, "#7f2704"]],
     // Steps, not a gradient: light green, amber, dark red (white text on it; failing
     // against healthy over 3:1), and the verdict's word in every unhealthy cell.
     health: [[0, "#d5f2dd"], [0.25, "#d5f2dd"], [0.25, "#f59e0b"], [0.75, "#f59e0b"], [0.75, "#b42318"], [1, "#b42318"]],
@@ -119,11 +130,13 @@
     let at = new Int32Array(0);
     let z = [];
     let cellText = []; // rows of strings, empty in compact layouts
+    // Per row on screen, in display order: null, or per GPU null or its instances' parts (migParts).
+    let zMig = [];
     let spec = metricSpec();
     let geometry = null; // the canvas's size in CSS pixels and its cells', once laid out
     // What was drawn, for the page's tests: z and the cell text
     // in display order, the scale's range, the fault outlines' cells.
-    const drawn = (els.heatmap.gpulseDrawn = { z: [], text: [], zmin: 0, zmax: 0, faults: { x: [], y: [] } });
+    const drawn = (els.heatmap.gpulseDrawn = { z: [], text: [], mig: [], zmin: 0, zmax: 0, faults: { x: [], y: [] } });
     const grid = buildGrid();
     // Read at the first paint, not here: read as the page's scripts run, the computed style
     // took the page's first style pass into the overview's start (issue 18).
@@ -163,6 +176,7 @@
         case "usage":
           return {
             label: "Usage", unit: "", zmin: 0, zmax: 2, minLabel: "not allocated", maxLabel: "idle",
+            instanceValue: function (inst) { return !(inst.flags & FLAG.ALLOCATED) ? 0 : inst.flags & FLAG.IDLE ? 2 : 1; },
             value: function (i) {
               if (!cells.present[i] || rows.status[Math.floor(i / model.cols)] === "down") return NaN;
               const flags = cells.flags[i];
@@ -171,14 +185,22 @@
             },
             cellText: function (v) { return USAGE_TEXT[v]; },
             valueText: function (v, i) {
-              // Allocated without a utilization: no verdict, as the alert metric gives none.
-              return v === 1 && cells.util[i] !== cells.util[i] ? "allocated, utilization not reported" : USAGE_NAMES[v];
+              // Allocated without SM activity or utilization: no verdict, as the alert metric gives none.
+              const unjudged = cells.util[i] !== cells.util[i] && cells.smActive[i] !== cells.smActive[i];
+              return v === 1 && unjudged ? "allocated, neither SM activity nor utilization reported" : USAGE_NAMES[v];
             },
+          };
+        case "activity":
+          // SM activity (frames' sm_active, %): NaN where the GPU does not report it, drawn as no data, never 0.
+          return {
+            label: "SM activity", unit: "%", zmin: 0, zmax: 100, value: function (i) { return cells.smActive[i]; },
+            instanceValue: function (inst) { return inst.smActive; },
           };
         case "mem":
           return {
             label: "Memory used", unit: "%", zmin: 0, zmax: 100,
             value: function (i) { return (100 * cells.memUsed[i]) / cells.memTotal[i]; },
+            instanceValue: function (inst) { return (100 * inst.memUsed) / inst.memTotal; },
           };
         default:
           return { label: "Utilization", unit: "%", zmin: 0, zmax: 100, value: function (i) { return cells.util[i]; } };
@@ -196,6 +218,7 @@
     function laidOut() {
       const n = model.names.length;
       z = new Array(n);
+      zMig = new Array(n).fill(null);
       // Text in the cells only where rows are tall enough to read it (small clusters).
       cellText = isCompact() ? [] : new Array(n);
       for (let r = 0; r < n; r++) {
@@ -218,10 +241,11 @@
       let same = true;
       for (let p = 0; p < next.length && same; p++) same = next[p] === order[p];
       if (same) return;
-      const byRow = [], textByRow = [];
-      order.forEach(function (r, p) { byRow[r] = z[p]; textByRow[r] = cellText[p]; });
+      const byRow = [], textByRow = [], migByRow = [];
+      order.forEach(function (r, p) { byRow[r] = z[p]; textByRow[r] = cellText[p]; migByRow[r] = zMig[p]; });
       next.forEach(function (r, p) {
         z[p] = byRow[r];
+        zMig[p] = migByRow[r];
         if (cellText.length) cellText[p] = textByRow[r];
         at[r] = p;
       });
@@ -236,19 +260,40 @@
       const value = spec.value;
       const text = cellText[at[r]];
       const down = rows.status[r] === "down";
+      const mig = rows.mig[r] ? new Array(cols).fill(null) : null;
+      zMig[at[r]] = mig;
       for (let g = 0; g < cols; g++) {
         const i = r * cols + g;
         const v = value(i);
         const known = v === v && isFinite(v); // NaN and ±Inf: no data
         line[g] = known ? Math.round(v * 10) / 10 : null;
+        const instances = mig && cells.mig[i];
+        if (instances) mig[g] = migParts(instances);
         if (text) {
           const flags = cells.flags[i];
           const tags = down || !flags ? "" : tagText(flags);
-          const shown = !known ? "" : spec.cellText ? spec.cellText(v) : Math.round(v);
+          // A MIG GPU says so where its own value is not what its instances are coloured by.
+          const shown = instances && (!known || spec.instanceValue) ? "MIG ×" + instances.length
+            : !known ? "" : spec.cellText ? spec.cellText(v) : Math.round(v);
           text[g] = flags & FLAG.LOST ? tags : shown + (tags ? "\n" + tags : "");
         }
       }
       dirty.cells = dirty.labels = dirty.dots = true;
+    }
+
+    /* A MIG GPU's instances as parts of its cell: {from, to} (fractions of its width) and each one's
+     * value (rounded as z's), null where the metric has none per instance or the instance none. */
+    function migParts(instances) {
+      let used = 0;
+      instances.forEach(function (inst) { used += inst.slices || 1; });
+      const total = Math.max(MIG_SLICES, used);
+      let filled = 0;
+      return instances.map(function (inst) {
+        const from = filled / total;
+        filled += inst.slices || 1;
+        const v = spec.instanceValue ? spec.instanceValue(inst) : NaN;
+        return { from: from, to: filled / total, v: v === v && isFinite(v) ? Math.round(v * 10) / 10 : null };
+      });
     }
 
     /* The metric or its scale changed: recolour every row. */
@@ -390,6 +435,7 @@
       }
       ctx.imageSmoothingEnabled = false;
       ctx.drawImage(grid.pixels, 0, 0, geo.width, geo.height);
+      paintInstances(ctx, colours);
       if (!isCompact()) paintRoomy(ctx, colours);
       ctx.fillStyle = STALE_WASH;
       for (let p = 0; p < n; p++) {
@@ -401,6 +447,45 @@
     /* Where value ``v``'s colour starts in the scale's colour table (colourTable). */
     function colourAt(v) {
       return 4 * Math.max(0, Math.min(255, Math.round((255 * (v - spec.zmin)) / (spec.zmax - spec.zmin))));
+    }
+
+    /* Each MIG GPU's instances over its cell: a part per instance, coloured by its own value where
+     * the metric has one (the hatch where that instance has none), else left in the GPU's colour, or
+     * the MIG slate where the GPU has none either; its unmade slices in the panel's colour, and a line
+     * between parts. */
+    function paintInstances(ctx, colours) {
+      const geo = geometry;
+      const line = Math.max(1, Math.min(2, geo.colPx / 40));
+      for (let p = 0; p < zMig.length; p++) {
+        const mig = zMig[p];
+        if (!mig) continue;
+        const y = p * geo.rowPx;
+        for (let g = 0; g < mig.length; g++) {
+          const parts = mig[g];
+          if (!parts) continue;
+          const x = g * geo.colPx;
+          const end = parts.length ? parts[parts.length - 1].to : 0;
+          ctx.fillStyle = theme.panel;
+          ctx.fillRect(x + end * geo.colPx, y, (1 - end) * geo.colPx, geo.rowPx);
+          parts.forEach(function (part, k) {
+            const x0 = x + part.from * geo.colPx, w = (part.to - part.from) * geo.colPx;
+            let fill = null;
+            if (part.v !== null) {
+              const c = colourAt(part.v);
+              fill = "rgb(" + colours[c] + "," + colours[c + 1] + "," + colours[c + 2] + ")";
+            } else if (spec.instanceValue) fill = theme.hatch;
+            else if (z[p][g] === null) fill = MIG_FILL;
+            if (fill) {
+              ctx.fillStyle = fill;
+              ctx.fillRect(x0, y, w, geo.rowPx);
+            }
+            if (k) {
+              ctx.fillStyle = theme.panel;
+              ctx.fillRect(x0 - line / 2, y, line, geo.rowPx);
+            }
+          });
+        }
+      }
     }
 
     /* Rows tall enough to read: each cell's text (in a colour that contrasts with the cell),
@@ -419,6 +504,13 @@
           ctx.fillStyle = k < 0 ? theme.ink : inkOn(colours[k], colours[k + 1], colours[k + 2]);
           const lines = text.split("\n");
           const x = (g + 0.5) * geo.colPx, y = (p + 0.5) * geo.rowPx - ((lines.length - 1) * CELL_LINE_PX) / 2;
+          if (zMig[p] && zMig[p][g]) {
+            // Over parts of several colours: on a backing of the panel's colour, in its ink.
+            const wide = Math.max.apply(null, lines.map(function (words) { return ctx.measureText(words).width; })) + 6;
+            ctx.fillStyle = theme.panel;
+            ctx.fillRect(x - wide / 2, y - CELL_LINE_PX / 2, wide, lines.length * CELL_LINE_PX);
+            ctx.fillStyle = theme.ink;
+          }
           lines.forEach(function (words, k2) { ctx.fillText(words, x, y + k2 * CELL_LINE_PX); });
         }
       }
@@ -511,6 +603,7 @@
       if (dirty.layout || dirty.size || dirty.cells || dirty.dots) paint();
       drawn.z = z;
       drawn.text = cellText;
+      drawn.mig = zMig;
       drawn.zmin = spec.zmin;
       drawn.zmax = spec.zmax;
       dirty.layout = dirty.size = dirty.cells = dirty.labels = dirty.dots = false;
@@ -647,11 +740,15 @@
         return parts;
       }
       const v = z[cell.p][cell.g];
-      const valueText = v === null ? "not reported" : spec.valueText ? spec.valueText(v, i) : F.fixed(v, 0) + " " + spec.unit;
+      const instances = cells.mig[i];
+      const valueText = v === null && instances ? "MIG: " + instances.length + (instances.length === 1 ? " instance" : " instances")
+        : v === null ? (view.metric === "activity" ? "not reported by this GPU" : "not reported") : spec.valueText ? spec.valueText(v, i) : F.fixed(v, 0) + " " + spec.unit;
       line(spec.label + ": ", F.element("b", "", valueText));
-      line("util " + F.fixed(cells.util[i], 0) + " % · " + F.fixed(cells.temp[i], 0) + " °C");
+      line((instances && cells.util[i] !== cells.util[i] ? "util: per instance in MIG mode · " : "util " + F.fixed(cells.util[i], 0) + " % · ") +
+        (cells.smActive[i] === cells.smActive[i] ? "SM " + F.fixed(cells.smActive[i], 0) + " % · " : "") + F.fixed(cells.temp[i], 0) + " °C");
       line("power " + F.fixed(cells.power[i], 0) + " / " + F.fixed(cells.powerLimit[i], 0) + " W");
       line("memory " + F.fixed(cells.memUsed[i] / 1024, 1) + " / " + F.fixed(cells.memTotal[i] / 1024, 1) + " GiB");
+      if (instances) instances.forEach(function (inst) { line(describeInstance(inst)); });
       if (status === "stale") line(F.element("span", "status-stale", "stale"), ": sample from " + F.clockTime(rows.ts[cell.r]));
       const tags = [];
       if (flags & FLAG.ALERT) tags.push("alert firing");
@@ -668,6 +765,15 @@
       const probe = rows.probe[cell.r];
       if (probe && probe.low) line(F.element("span", "status-down", "probe LOW"), ": " + window.GpulseCluster.describeProbe(probe));
       return parts;
+    }
+
+    /* One MIG instance's line of the tooltip, as text: "GI 1/0 1g.10gb · SM 61 % · 2.0 / 10.0 GiB · held". */
+    function describeInstance(inst) {
+      const ids = "GI " + F.fixed(inst.gi, 0) + (inst.ci === inst.ci ? "/" + F.fixed(inst.ci, 0) : "");
+      const use = !(inst.flags & FLAG.ALLOCATED) ? "free" : inst.flags & FLAG.IDLE ? "held, idle" : "held";
+      return ids + " " + (inst.profile || "profile not reported") + " · SM " +
+        (inst.smActive === inst.smActive ? F.fixed(inst.smActive, 0) + " %" : "not reported") + " · " +
+        F.fixed(inst.memUsed / 1024, 1) + " / " + F.fixed(inst.memTotal / 1024, 1) + " GiB · " + use;
     }
 
     // Our own hover, from the pointer's position: the tooltip follows the mouse

@@ -9,7 +9,9 @@
  * History and probes come from GET /api/v1/nodes/<name>, reloaded every minute,
  * for the range in the page's URL (?since=6h, or ?since=&until= in unix seconds),
  * so a reload or a shared link shows the same view: minute rollups up to 7 days, hourly ones
- * beyond (the answer's "resolution", which the section names).
+ * beyond (the answer's "rollups"), in wider buckets where a range holds more than 720 of them
+ * (its "resolution"), and older ones from the long-term store where one is set (its "source");
+ * the section names all three.
  * Dashed lines on the charts are the thresholds of the enabled alert rules that
  * apply to the node, and the GPUs with a firing alert are marked, both as the
  * alerts app's Alerts section (node-alert-rules) gives them: node-alerts.js
@@ -28,7 +30,8 @@
   // A history point missing for longer than this many of its steps (a minute or an hour) is a gap.
   const HISTORY_GAP_STEPS = 2;
   // What the history section calls its points, by their step in seconds.
-  const RESOLUTION_NAMES = { 60: "minute rollups", 3600: "hourly rollups" };
+  // What a history point is: a rollup row, or a wider bucket of them (a long range; history.resolution, s).
+  const BUCKET_NAMES = { 300: "5-minute", 900: "15-minute", 21600: "6-hour", 86400: "daily" };
   // Minute rollups and probes change slowly: reload them once a minute.
   const RELOAD_EVERY_MS = 60 * 1000;
   const MIB_PER_GIB = 1024;
@@ -37,20 +40,31 @@
   const FAILED_COLOUR = "#d1242f";
 
   // One chart per metric; `row` reads a recent point's row (frames.py FIELDS:
-  // util, mem_used MiB, temp, power W, sm_clock, flags), `sample` a v1 GPU.
+  // util, mem_used MiB, temp, power W, sm_clock, sm_active %, flags), `sample` a v1 GPU.
+  // The activity charts (GPM or DCGM profiling, ratios in the sample, drawn in %) are empty on a GPU
+  // that does not report them; recent points carry SM activity only, so the tensor and DRAM lines
+  // start when the page opens.
   const LIVE = [
     { id: "live-util", key: "util", title: "Utilization", unit: "%", digits: 0 },
     { id: "live-mem", key: "mem_used", title: "Memory used", unit: "GiB", digits: 1 },
     { id: "live-temp", key: "temp", title: "Temperature", unit: "°C", digits: 0 },
     { id: "live-power", key: "power", title: "Power", unit: "W", digits: 0 },
+    { id: "live-sm", key: "sm_active", title: "SM activity", unit: "%", digits: 0 },
+    { id: "live-tensor", key: "tensor_active", title: "Tensor activity", unit: "%", digits: 0 },
+    { id: "live-dram", key: "dram_active", title: "DRAM activity", unit: "%", digits: 0 },
   ];
   const HISTORY = [
     { id: "hist-util", key: "util", title: "Utilization", unit: "%", scale: 1, digits: 1 },
     { id: "hist-mem", key: "mem_used", title: "Memory used", unit: "GiB", scale: 1 / L.GIB, digits: 1 },
     { id: "hist-temp", key: "temp", title: "Temperature", unit: "°C", scale: 1, digits: 1 },
     { id: "hist-power", key: "power", title: "Power", unit: "W", scale: 1, digits: 0 },
+    { id: "hist-sm", key: "sm_active", title: "SM activity", unit: "%", scale: 100, digits: 1 },
+    { id: "hist-tensor", key: "tensor_active", title: "Tensor activity", unit: "%", scale: 100, digits: 1 },
+    { id: "hist-dram", key: "dram_active", title: "DRAM activity", unit: "%", scale: 100, digits: 1 },
   ];
-  const NO_VALUES = [null, null, null, null];
+  // The charts drawn from 0 to 100 %.
+  const PERCENT_KEYS = new Set(["util", "sm_active", "tensor_active", "dram_active"]);
+  const NO_VALUES = LIVE.map(function () { return null; });
 
   /* The time charts of a section: the live or the history ones. */
   function timeCharts(section, charts) {
@@ -72,6 +86,9 @@
   // {thresholds: [{chart, value, gpu, label}], firing_gpus: [index]} (dashboard/alerts/templatetags/node_alerts.py)
   let rules = JSON.parse(document.getElementById("node-alert-rules").textContent);
   let firingGpus = new Set(rules.firing_gpus);
+  // The GPUs ingest flags "kernels run, SMs idle" (frames FLAG_SM_IDLE, gpulse/activity.py), as the node's
+  // websocket message names them (sm_idle_gpus: [index]); none where it names none.
+  let smIdleGpus = idleGpus(initial.sm_idle_gpus);
 
   const live = {
     status: initial.status,
@@ -104,6 +121,8 @@
     gpuBody: document.querySelector("#gpu-table tbody"),
     gpuTable: document.getElementById("gpu-table"),
     procBody: document.querySelector("#proc-table tbody"),
+    migPanel: document.getElementById("mig-panel"),
+    migBody: document.querySelector("#mig-table tbody"),
     historyNote: document.getElementById("history-note"),
     historyResolution: document.getElementById("history-resolution"),
     probeLast: document.getElementById("probe-last"),
@@ -118,6 +137,7 @@
   const num = L.numberOrNull;
   // A process's command line, shown cut to this many characters (the whole, as the sample bounds it, on hover).
   const CMD_SHOWN = 80;
+  const PROC_COLUMNS = 9; // live/_process_columns.html
 
   /* ---- live points ------------------------------------------------------------- */
 
@@ -125,15 +145,25 @@
     return sample.gpus.map(function (gpu) {
       if (gpu.lost) return NO_VALUES;
       const mem = num(gpu.mem_used);
-      return [num(gpu.util), mem === null ? null : mem / L.GIB, num(gpu.temp), num(gpu.power)];
+      return [num(gpu.util), mem === null ? null : mem / L.GIB, num(gpu.temp), num(gpu.power),
+        percent(gpu.sm_active), percent(gpu.tensor_active), percent(gpu.dram_active)];
     });
+  }
+
+  /* A ratio 0-1 as %, null where not reported. */
+  function percent(ratio) {
+    const v = num(ratio);
+    return v === null ? null : v * 100;
   }
 
   function rowValues(rows) {
     return rows.map(function (row) {
       if (row[FIELD.flags] & Frames.FLAG.LOST) return NO_VALUES;
       const mem = num(row[FIELD.mem_used]);
-      return [num(row[FIELD.util]), mem === null ? null : mem / MIB_PER_GIB, num(row[FIELD.temp]), num(row[FIELD.power])];
+      // A point an ingest from before sm_active wrote is shorter: its flags sit where sm_active is now.
+      const sm = row.length === Frames.FIELDS.length ? num(row[FIELD.sm_active]) : null;
+      return [num(row[FIELD.util]), mem === null ? null : mem / MIB_PER_GIB, num(row[FIELD.temp]), num(row[FIELD.power]),
+        sm, null, null];
     });
   }
 
@@ -166,9 +196,9 @@
     return gpus;
   }
 
-  /* ---- the legends: one per section, for its four charts ------------------------------ */
+  /* ---- the legends: one per section, for its charts ----------------------------------- */
 
-  // The GPUs whose lines a press on the section's legend hid. One HTML legend for the four charts
+  // The GPUs whose lines a press on the section's legend hid. One HTML legend for all the charts
   // of a section, not one on each: when the charts were Plotly's, it drew its legends anew with
   // every redraw, a fifth of the node page's drawing time at 2,000 GPUs (issue 18).
   const hiddenGpus = { live: new Set(), history: new Set() };
@@ -321,6 +351,9 @@
       memTotal ? [0, (memTotal / L.GIB) * 1.02] : null,
       null,
       powerLimit ? [0, powerLimit * 1.05] : null,
+      [0, 105],
+      [0, 105],
+      [0, 105],
     ];
   }
 
@@ -356,6 +389,7 @@
     live.skew = message.clock_skew;
     live.restarts = message.restarts || 0;
     live.twin = message.twin_collectors || null;
+    smIdleGpus = idleGpus(message.sm_idle_gpus);
     if (message.sample) live.rejected = null;
     if (message.sample) {
       live.interval = message.sample.interval || live.interval;
@@ -446,9 +480,16 @@
     }).join(", ") + "</span>";
   }
 
+  /* The GPU indexes of a message's sm_idle_gpus; a hostile or older server's anything else is none. */
+  function idleGpus(indexes) {
+    return new Set(Array.isArray(indexes) ? indexes.filter(Number.isInteger) : []);
+  }
+
   function gpuRow(gpu) {
     const alerting = firingGpus.has(gpu.index);
-    const mark = alerting ? ' <b class="tag tag-alert" title="An alert is firing on this GPU: see Alerts above">ALERT</b>' : "";
+    const mark = (alerting ? ' <b class="tag tag-alert" title="An alert is firing on this GPU: see Alerts above">ALERT</b>' : "") +
+      (smIdleGpus.has(gpu.index) ? ' <b class="tag tag-sm-idle" title="Kernels run, SMs idle: utilization ≥ 90 % while ' +
+        'SM activity < 20 % for a minute (a stalled data loader, a job spinning)">SM IDLE</b>' : "");
     const head = '<td class="num">' + L.escapeHtml(gpu.index) + mark + "</td><td>" + L.escapeHtml(gpu.name || "") + "</td>";
     if (gpu.lost) {
       return '<tr class="lost">' + head + '<td colspan="11"><b class="status status-down">LOST</b> the GPU fell off the bus: no readings</td></tr>';
@@ -471,10 +512,11 @@
 
   function renderTables() {
     const sample = live.sample;
+    window.GpulseNodeMig.render(els.migPanel, els.migBody, sample, processJob);
     if (!sample) {
       const why = live.ts ? "No current data: the node has sent nothing since " + L.dateTime(live.ts) + "." : "No data from this node.";
       els.gpuBody.innerHTML = '<tr><td colspan="13" class="empty">' + why + "</td></tr>";
-      els.procBody.innerHTML = '<tr><td colspan="7" class="empty">' + why + "</td></tr>";
+      els.procBody.innerHTML = '<tr><td colspan="' + PROC_COLUMNS + '" class="empty">' + why + "</td></tr>";
       return;
     }
     els.gpuBody.innerHTML = sample.gpus.map(gpuRow).join("");
@@ -487,7 +529,7 @@
     });
     if (!procs.length) {
       const text = supported ? "No processes on this node's GPUs." : "The GPUs do not report processes (not supported).";
-      els.procBody.innerHTML = '<tr><td colspan="7" class="empty">' + text + "</td></tr>";
+      els.procBody.innerHTML = '<tr><td colspan="' + PROC_COLUMNS + '" class="empty">' + text + "</td></tr>";
       return;
     }
     procs.sort(function (a, b) { return a[0] - b[0] || (b[1].mem_used || 0) - (a[1].mem_used || 0); });
@@ -498,8 +540,14 @@
         L.escapeHtml(nodeText(p.user) || "—") + '</td><td class="proc-job">' + L.escapeHtml(processJob(p) || "—") + "</td><td>" +
         L.escapeHtml(nodeText(p.name) || "—") + '</td><td class="proc-cmd" title="' + L.escapeHtml(cmd) + '">' +
         L.escapeHtml(cut(cmd, CMD_SHOWN) || "—") + '</td><td class="num">' +
-        (num(p.mem_used) === null ? na() : gib(p.mem_used)) + "</td></tr>";
+        (num(p.mem_used) === null ? na() : gib(p.mem_used)) + '</td><td class="num proc-sm">' + share(p.sm_util) +
+        '</td><td class="num proc-mem">' + share(p.mem_util) + "</td></tr>";
     }).join("");
+  }
+
+  /* A process's share of its GPU (%): "—" where the driver has no sample for it (idle, or not offered). */
+  function share(v) {
+    return num(v) === null ? "—" : L.escapeHtml(Math.round(v));
   }
 
   /* A string the node sent, else "" (a hostile node may send anything: it is escaped where shown). */
@@ -565,10 +613,17 @@
   function renderHistory(history) {
     const gpus = history.gpus || [];
     const step = history.resolution;
-    els.historyResolution.textContent = RESOLUTION_NAMES[step];
-    if (!gpus.length) {
+    const rollups = history.rollups + " rollups";
+    els.historyResolution.textContent = (BUCKET_NAMES[step] ? BUCKET_NAMES[step] + " buckets of " + rollups : rollups) +
+      // Where the store's part ends (the database's retention), so a person can tell which points are whose.
+      (history.source === "store+database" ? ", those before " + L.dateTime(history.store.until) + " from the long-term store" : "");
+    const store = history.store;
+    if (store && store.error) {
       els.historyNote.hidden = false;
-      els.historyNote.textContent = step === 60 ?
+      els.historyNote.textContent = store.error[0].toUpperCase() + store.error.slice(1) + ".";
+    } else if (!gpus.length) {
+      els.historyNote.hidden = false;
+      els.historyNote.textContent = history.rollups === "minute" ?
         "No minute rollups in this range yet: ingest writes one per GPU and minute, about two minutes after the minute ends." :
         "No hourly rollups in this range yet: a control worker computes each hour from its minutes a few minutes after it ends.";
     }
@@ -580,8 +635,10 @@
       const lines = gpus.map(function (series) {
         // [low, mean, high] per point: null where this GPU has no rollup, as at a gap's time.
         const low = x.map(function () { return null; }), mean = low.slice(), high = low.slice();
+        // A metric the answer lacks (an API from before the activity rollups) charts as no data.
+        const triples = series[chart.key] || [];
         series.ts.forEach(function (ts, i) {
-          const triple = series[chart.key][i];
+          const triple = triples[i] || [null, null, null];
           const p = at.get(ts);
           low[p] = triple[0] === null ? null : triple[0] * chart.scale;
           mean[p] = triple[1] === null ? null : triple[1] * chart.scale;
@@ -592,7 +649,7 @@
           y: mean, low: low, high: high,
         };
       });
-      historyCharts[k].update({ x: x, lines: lines, xrange: xrange, yrange: chart.key === "util" ? [0, 105] : null, thresholds: thresholds(chart.key) });
+      historyCharts[k].update({ x: x, lines: lines, xrange: xrange, yrange: PERCENT_KEYS.has(chart.key) ? [0, 105] : null, thresholds: thresholds(chart.key) });
     }); });
   }
 

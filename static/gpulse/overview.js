@@ -37,6 +37,7 @@
     metric: document.getElementById("heat-metric"),
     powerScale: document.getElementById("power-scale"),
     powerScaleLabel: document.getElementById("power-scale-label"),
+    activityLegend: document.getElementById("activity-legend"),
     frameAge: document.getElementById("frame-age"),
     conn: document.getElementById("conn-state"),
     table: document.getElementById("node-table"),
@@ -223,10 +224,12 @@
   els.filter.addEventListener("input", saveView);
   els.powerScale.value = view.powerScale;
   els.powerScaleLabel.hidden = view.metric !== "power";
+  els.activityLegend.hidden = view.metric !== "activity";
   els.metric.addEventListener("change", function () {
     view.metric = els.metric.value;
     localStorage.setItem("gpulse.heatmap.metric", view.metric);
     els.powerScaleLabel.hidden = view.metric !== "power";
+    els.activityLegend.hidden = view.metric !== "activity";
     recolour();
   });
   els.powerScale.addEventListener("change", function () {

@@ -118,6 +118,25 @@
       return { key: text, text: true, build: function () { return F.element("td", "num", text); } };
     }
 
+    /* The mean utilization of the node's GPUs not in MIG mode: NVML reports none for a GPU in MIG mode
+     * (its instances' SM activity is on the heatmap and the node page), so a node of MIG GPUs alone reads
+     * "MIG", not a "—" that looks like missing data. */
+    function utilSpec(row) {
+      const mig = rows.mig[row.r];
+      if (!mig) return textCell(F.fixed(row.util, 1));
+      const text = row.util === row.util ? F.fixed(row.util, 1) : "MIG";
+      const title = (mig > 1 ? mig + " GPUs in MIG mode, which report" : "1 GPU in MIG mode, which reports") + " no utilization" +
+        (row.util === row.util ? ", not in this mean" : "") + ": see SM activity on the heatmap or the node page";
+      return {
+        key: text + " " + mig,
+        build: function () {
+          const td = F.element("td", row.util === row.util ? "num" : "num muted", text);
+          td.title = title;
+          return td;
+        },
+      };
+    }
+
     function cellSpecs(row) {
       const r = row.r;
       const down = row.status === "down";
@@ -130,7 +149,7 @@
         textCell((down ? "no data " : "") + F.age(row.age)),
         { key: down ? "down " + row.gpus : rows.reporting[r] + " " + rows.lost[r] + " " + row.gpus,
           build: function () { return gpuCell(row); } },
-        textCell(down ? "—" : F.fixed(row.util, 1)),
+        down ? textCell("—") : utilSpec(row),
         textCell(down ? "—" : F.fixed(row.temp, 0)),
         textCell(down ? "—" : F.fixed(row.power, 0)),
         textCell(down ? "—" : F.fixed(row.mem / 1024, 0) + " / " + F.fixed(rows.memTotal[r] / 1024, 0)),

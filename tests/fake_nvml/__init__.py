@@ -45,6 +45,8 @@ def config(**settings) -> str:
     config(gpus=8, lost=[2], unsupported=["fan", "ecc"]) -> "gpus=8;lost=2;unsupported=fan,ecc"
     config(gpus=2, gpm=["1:97:12"]) -> "gpus=2;gpm=1:97:12": GPU 1's GPM graphics engine 97 %, SM 12 %,
     the rest of its GPM metrics at their defaults; unsupported=["gpm"] is a GPU before Hopper.
+    config(mig="1:1", mig_devices=["0:0:1:0:3g.40gb", "0:5:13:0:1g.10gb"]) -> GPU 0 in MIG mode with two
+    instances, in slots 0 and 5 (1-4 empty): GPU instance 1 (3g.40gb) and 13 (1g.10gb), compute instance 0.
     """
     def text(value):
         return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)

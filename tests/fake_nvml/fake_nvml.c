@@ -38,7 +38,41 @@
  *                        IMMA, DMMA, DRAM bandwidth, FP64, FP32, FP16);
  *                        "na" answers that metric NOT_SUPPORTED, values left
  *                        out keep their defaults (below)
- *   gpm_error=I:CODE     GPU I's nvmlGpmSampleGet answers CODE
+ *   gpm_error=I:CODE     GPU I's nvmlGpmSampleGet (and nvmlGpmMigSampleGet) answers CODE
+ *   proc_util=I:PID:SM:MEM,...
+ *                        process PID's samples on GPU I for nvmlDeviceGetProcessUtilization
+ *                        (SM and memory utilization in %); a process of procs= without one
+ *                        has no sample, as a real GPU leaves out a process idle all period.
+ *                        unsupported=proc_util answers NOT_SUPPORTED (as on a GPU before
+ *                        Maxwell), and so does a GPU with MIG on or a MIG device's handle.
+ *
+ * MIG (Multi-Instance GPU), on the GPUs whose MIG mode is on (mig=1:1, and mig_on):
+ *   mig_on=I,J           GPUs the mig setting applies to; the others have MIG off
+ *                        (default: every GPU)
+ *   mig_devices=I:SLOT:GI:CI:PROFILE,...
+ *                        GPU I's MIG device at slot SLOT (0..6, the index of
+ *                        nvmlDeviceGetMigDeviceHandleByIndex): GPU instance GI
+ *                        (0..14), compute instance CI (0..7), profile name
+ *                        ("1g.10gb"). A slot not listed is empty: NOT_FOUND,
+ *                        as a real GPU's slots have gaps once instances are
+ *                        destroyed.
+ *   procs=I:PID:BYTES:K:GI:CI  a process in GPU I's MIG device GI/CI
+ *   gpm_mig=I:GI:GR:SM:...     GPU I's GPU instance GI's GPM activity, as gpm=
+ *
+ * As the NVML header says: nvmlDeviceGetMaxMigDeviceCount answers 7 on a GPU
+ * with MIG on and 0 otherwise; nvmlDeviceGetMigDeviceHandleByIndex answers
+ * INVALID_ARGUMENT past that count and NOT_FOUND for an empty slot; a MIG
+ * device handle answers nvmlDeviceIsMigDeviceHandle, GetGpuInstanceId,
+ * GetComputeInstanceId, GetDeviceHandleFromMigDeviceHandle, GetUUID
+ * ("MIG-..."), GetName ("<GPU name> MIG <profile>", as nvidia-smi -L shows
+ * it), GetMemoryInfo(_v2) and Get*RunningProcesses (its own processes), and
+ * INVALID_ARGUMENT to the board readings; a handle whose device went away
+ * (reconfigured) answers INVALID_ARGUMENT. On a GPU with MIG on,
+ * nvmlDeviceGetUtilizationRates answers NOT_SUPPORTED and the processes of the
+ * GPU's handle are every instance's (a privileged caller's aggregate), with
+ * their GPU and compute instance ids. nvmlGpmMigSampleGet(GPU, GI) samples
+ * one GPU instance (default activity: half GPU 0's default, plus GI: SM
+ * 35+GI %...); nvmlGpmMetricsGet refuses samples of two GPU instances.
  *
  * Health readings, the same on every GPU unless pcie_on / nvlink_down_on say otherwise
  * (defaults: a healthy H100 SXM):
@@ -81,6 +115,14 @@
  * samples of two GPUs, and a sample2 not newer than sample1, so a collector
  * that passes the same sample twice or swaps them fails in tests.
  *
+ * Process utilization as the NVML header describes it: the driver takes a sample of each
+ * process every PROC_UTIL_PERIOD_US and keeps the last PROC_UTIL_KEPT of them (here: on the
+ * wall clock's period boundaries, the CPU timestamp in µs, as the driver's timeStamp);
+ * nvmlDeviceGetProcessUtilization returns those newer than lastSeenTimeStamp (0: all kept),
+ * oldest first, NOT_FOUND where there are none. Called with no buffer, it answers the count
+ * and INSUFFICIENT_SIZE; with a buffer too small for what is there by then (a period ended
+ * between the two calls), it fills what fits and answers the count written.
+ *
  * fakeNvmlUtilizationCalls(i) counts the utilization calls GPU i received,
  * so a test can tell whether a GPU was read again. fakeNvmlGpmWindow(i) is
  * the time between the two samples of GPU i's last nvmlGpmMetricsGet (s).
@@ -104,6 +146,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
 #define NVML_ERROR_TIMEOUT 10
@@ -114,6 +157,9 @@ typedef int nvmlReturn_t;
 #define MAX_GPUS 16
 #define MAX_PROCS 64
 #define MAX_XIDS 64
+#define MIG_SLOTS 7          /* nvmlDeviceGetMaxMigDeviceCount on an A100 or H100 */
+#define MAX_GPU_INSTANCES 15 /* GPU instance ids 0..14 */
+#define NO_INSTANCE 0xFFFFFFFFu
 
 #define NVLINK_LINKS 4
 #define NVLINK_MAX_LINKS 36
@@ -131,6 +177,11 @@ typedef int nvmlReturn_t;
 #define MEMORY_USED 61203283968ULL
 #define MEMORY_RESERVED 563085312ULL
 #define GIB (1ULL << 30)
+#define MIB (1ULL << 20)
+/* MIG device GI/CI: total 9.5 GiB + GI GiB (v2: less 30 MiB reserved), used 512 MiB + (8*GI + CI) MiB */
+#define MIG_MEMORY_TOTAL 10200547328ULL
+#define MIG_MEMORY_RESERVED (30 * MIB)
+#define MIG_MEMORY_USED (512 * MIB)
 
 enum reading {
     R_UTIL = 1 << 0, R_MEMORY = 1 << 1, R_TEMP = 1 << 2, R_POWER = 1 << 3,
@@ -143,8 +194,9 @@ enum reading {
     R_NVLINK_STATE = 1 << 28, R_NVLINK_ERRORS = 1 << 29, R_CUDA = 1 << 30,
 };
 #define R_GPM (1u << 31) /* past int's range, so not in the enum */
+#define R_PROC_UTIL (1ULL << 32)
 
-static const struct { const char *name; unsigned int bit; } READINGS[] = {
+static const struct { const char *name; unsigned long long bit; } READINGS[] = {
     {"util", R_UTIL}, {"memory", R_MEMORY}, {"temp", R_TEMP}, {"power", R_POWER},
     {"power_limit", R_POWER_LIMIT}, {"clocks", R_CLOCKS}, {"fan", R_FAN},
     {"throttle", R_THROTTLE}, {"ecc", R_ECC}, {"pcie", R_PCIE}, {"nvlink", R_NVLINK},
@@ -154,6 +206,7 @@ static const struct { const char *name; unsigned int bit; } READINGS[] = {
     {"retired", R_RETIRED}, {"retired_pending", R_RETIRED_PENDING}, {"ecc_mode", R_ECC_MODE},
     {"persistence", R_PERSISTENCE}, {"compute_mode", R_COMPUTE_MODE}, {"mig", R_MIG}, {"vbios", R_VBIOS},
     {"nvlink_state", R_NVLINK_STATE}, {"nvlink_errors", R_NVLINK_ERRORS}, {"cuda", R_CUDA}, {"gpm", R_GPM},
+    {"proc_util", R_PROC_UTIL},
 };
 
 /* The GPM metrics the fake keeps, in the order of the gpm= setting: NVML_GPM_METRIC_* id and
@@ -186,7 +239,7 @@ typedef struct {
     nvmlValue_t value;
 } nvmlFieldValue_t;
 
-struct fake_device { int index; };
+struct fake_device { int index, slot; }; /* slot -1: the GPU; else its MIG device at that slot */
 typedef struct fake_device *nvmlDevice_t;
 struct fake_event_set { unsigned long long registered[MAX_GPUS]; };
 typedef struct fake_event_set *nvmlEventSet_t;
@@ -196,20 +249,24 @@ typedef struct {
     unsigned int gpuInstanceId, computeInstanceId;
 } nvmlEventData_t;
 
-struct fake_process { int gpu; unsigned int pid; unsigned long long bytes; char kind; };
+struct fake_process { int gpu; unsigned int pid; unsigned long long bytes; char kind; unsigned int gi, ci; };
+struct fake_mig { int present; unsigned int gi, ci; char profile[32]; };
 struct fake_xid { int gpu; unsigned long long code; };
+struct fake_proc_util { int gpu; unsigned int pid, sm, mem; };
 
 static struct {
     int gpus;
     char name[96];
     nvmlReturn_t init_error, device_error;
     unsigned int lost;          /* bit per GPU */
-    unsigned int unsupported;   /* enum reading bits */
+    unsigned long long unsupported; /* enum reading bits, R_GPM, R_PROC_UTIL */
     int hang_gpu;
     double hang_seconds;
     unsigned long long throttle;
     struct fake_process procs[MAX_PROCS];
     int nprocs;
+    struct fake_proc_util proc_utils[MAX_PROCS];
+    int nproc_utils;
     struct fake_xid xids[MAX_XIDS];
     int nxids;
     unsigned int pcie[4];       /* current gen, max gen, current width, max width */
@@ -225,9 +282,14 @@ static struct {
     double gpm[MAX_GPUS][GPM_COUNT];     /* percent; NAN: not supported */
     unsigned int gpm_set[MAX_GPUS];      /* bit per GPM_METRICS entry that gpm= configured */
     nvmlReturn_t gpm_error[MAX_GPUS];
+    unsigned int mig_on;                 /* bit per GPU; 0: every GPU */
+    struct fake_mig migs[MAX_GPUS][MIG_SLOTS];
+    double gpm_mig[MAX_GPUS][MAX_GPU_INSTANCES][GPM_COUNT];
+    unsigned int gpm_mig_set[MAX_GPUS][MAX_GPU_INSTANCES];
 } cfg;
 
 static struct fake_device devices[MAX_GPUS];
+static struct fake_device mig_devices[MAX_GPUS][MIG_SLOTS];
 static int utilization_calls[MAX_GPUS]; /* kept across reconfiguration */
 static int initialized;
 static double init_time;
@@ -240,16 +302,47 @@ static double now(void)
     return tv.tv_sec + tv.tv_usec / 1e6;
 }
 
-/* "I:GR:SM:...": GPU I's GPM percentages in GPM_METRICS order, "na" for not supported. */
+/* "GR:SM:..." after the ids: GPM percentages in GPM_METRICS order, "na" for not supported. */
+static void parse_percentages(char **save, double *percent, unsigned int *set)
+{
+    char *field;
+    for (int k = 0; k < GPM_COUNT && (field = strtok_r(NULL, ":", save)); k++) {
+        percent[k] = strcmp(field, "na") ? strtod(field, NULL) : NAN;
+        *set |= 1u << k;
+    }
+}
+
+/* "I:GR:SM:...": GPU I's GPM percentages. */
 static void parse_gpm(char *item)
 {
     char *save = NULL, *field = strtok_r(item, ":", &save);
     int gpu = field ? atoi(field) : -1;
     if (gpu < 0 || gpu >= MAX_GPUS) return;
-    for (int k = 0; k < GPM_COUNT && (field = strtok_r(NULL, ":", &save)); k++) {
-        cfg.gpm[gpu][k] = strcmp(field, "na") ? strtod(field, NULL) : NAN;
-        cfg.gpm_set[gpu] |= 1u << k;
-    }
+    parse_percentages(&save, cfg.gpm[gpu], &cfg.gpm_set[gpu]);
+}
+
+/* "I:GI:GR:SM:...": GPU I's GPU instance GI's GPM percentages. */
+static void parse_gpm_mig(char *item)
+{
+    char *save = NULL, *field = strtok_r(item, ":", &save);
+    int gpu = field ? atoi(field) : -1;
+    field = strtok_r(NULL, ":", &save);
+    int gi = field ? atoi(field) : -1;
+    if (gpu < 0 || gpu >= MAX_GPUS || gi < 0 || gi >= MAX_GPU_INSTANCES) return;
+    parse_percentages(&save, cfg.gpm_mig[gpu][gi], &cfg.gpm_mig_set[gpu][gi]);
+}
+
+/* "I:SLOT:GI:CI:PROFILE": a MIG device. */
+static void parse_mig_device(const char *item)
+{
+    int gpu = -1, slot = -1;
+    unsigned int gi = 0, ci = 0;
+    char profile[32] = "";
+    if (sscanf(item, "%d:%d:%u:%u:%31s", &gpu, &slot, &gi, &ci, profile) != 5) return;
+    if (gpu < 0 || gpu >= MAX_GPUS || slot < 0 || slot >= MIG_SLOTS || gi >= MAX_GPU_INSTANCES) return;
+    struct fake_mig *mig = &cfg.migs[gpu][slot];
+    *mig = (struct fake_mig){1, gi, ci, ""};
+    snprintf(mig->profile, sizeof mig->profile, "%s", profile);
 }
 
 static void parse_list(const char *key, char *value)
@@ -267,6 +360,12 @@ static void parse_list(const char *key, char *value)
             cfg.pcie_on |= 1u << atoi(item);
         } else if (!strcmp(key, "nvlink_down_on")) {
             cfg.nvlink_down_on |= 1u << atoi(item);
+        } else if (!strcmp(key, "mig_on")) {
+            cfg.mig_on |= 1u << atoi(item);
+        } else if (!strcmp(key, "mig_devices")) {
+            parse_mig_device(item);
+        } else if (!strcmp(key, "gpm_mig")) {
+            parse_gpm_mig(item);
         } else if (!strcmp(key, "gpm")) {
             parse_gpm(item);
         } else if (!strcmp(key, "gpm_error")) {
@@ -275,10 +374,14 @@ static void parse_list(const char *key, char *value)
         } else if (!strcmp(key, "xid") && cfg.nxids < MAX_XIDS) {
             struct fake_xid *x = &cfg.xids[cfg.nxids++];
             sscanf(item, "%d:%llu", &x->gpu, &x->code);
+        } else if (!strcmp(key, "proc_util") && cfg.nproc_utils < MAX_PROCS) {
+            struct fake_proc_util *u = &cfg.proc_utils[cfg.nproc_utils];
+            if (sscanf(item, "%d:%u:%u:%u", &u->gpu, &u->pid, &u->sm, &u->mem) == 4) cfg.nproc_utils++;
         } else if (!strcmp(key, "procs") && cfg.nprocs < MAX_PROCS) {
             struct fake_process *p = &cfg.procs[cfg.nprocs++];
             char bytes[32] = "", kind = 'c';
-            sscanf(item, "%d:%u:%31[^:]:%c", &p->gpu, &p->pid, bytes, &kind);
+            p->gi = p->ci = NO_INSTANCE;
+            sscanf(item, "%d:%u:%31[^:]:%c:%u:%u", &p->gpu, &p->pid, bytes, &kind, &p->gi, &p->ci);
             p->bytes = strcmp(bytes, "na") ? strtoull(bytes, NULL, 10) : ~0ULL;
             p->kind = kind;
         }
@@ -333,7 +436,10 @@ int fakeNvmlConfigure(const char *text)
         else parse_list(pair, value);
     }
     free(copy);
-    for (int i = 0; i < MAX_GPUS; i++) devices[i].index = i;
+    for (int i = 0; i < MAX_GPUS; i++) {
+        devices[i] = (struct fake_device){i, -1};
+        for (int slot = 0; slot < MIG_SLOTS; slot++) mig_devices[i][slot] = (struct fake_device){i, slot};
+    }
     pthread_mutex_unlock(&lock);
     return 0;
 }
@@ -344,7 +450,7 @@ int fakeNvmlUtilizationCalls(int index)
 }
 
 /* Common checks of every device call; sets *index on success. */
-static nvmlReturn_t device_check(nvmlDevice_t device, unsigned int reading, int *index)
+static nvmlReturn_t device_check(nvmlDevice_t device, unsigned long long reading, int *index)
 {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
     if (device < devices || device >= devices + cfg.gpus) return NVML_ERROR_INVALID_ARGUMENT;
@@ -358,6 +464,41 @@ static nvmlReturn_t device_check(nvmlDevice_t device, unsigned int reading, int 
 #define CHECK(device, reading)                                  \
     int index;                                                  \
     nvmlReturn_t check = device_check(device, reading, &index); \
+    if (check != NVML_SUCCESS) return check;
+
+static int applies(unsigned int gpus, int index);
+
+static int mig_enabled(int index)
+{
+    return cfg.mig[0] && applies(cfg.mig_on, index);
+}
+
+static int is_mig_handle(nvmlDevice_t device)
+{
+    return device >= &mig_devices[0][0] && device < &mig_devices[0][0] + MAX_GPUS * MIG_SLOTS;
+}
+
+/* device_check for the calls that take a GPU's or a MIG device's handle; *mig is NULL for a GPU's. */
+static nvmlReturn_t any_device_check(nvmlDevice_t device, unsigned long long reading, int *index,
+                                     const struct fake_mig **mig)
+{
+    *mig = NULL;
+    if (!is_mig_handle(device)) return device_check(device, reading, index);
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (device->index >= cfg.gpus) return NVML_ERROR_INVALID_ARGUMENT;
+    if (cfg.device_error) return cfg.device_error;
+    *index = device->index;
+    if (cfg.lost & (1u << *index)) return NVML_ERROR_GPU_IS_LOST;
+    if (!mig_enabled(*index) || !cfg.migs[*index][device->slot].present) return NVML_ERROR_INVALID_ARGUMENT;
+    if (cfg.unsupported & reading) return NVML_ERROR_NOT_SUPPORTED;
+    *mig = &cfg.migs[*index][device->slot];
+    return NVML_SUCCESS;
+}
+
+#define ANY_CHECK(device, reading)                                       \
+    int index;                                                           \
+    const struct fake_mig *mig;                                          \
+    nvmlReturn_t check = any_device_check(device, reading, &index, &mig); \
     if (check != NVML_SUCCESS) return check;
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
@@ -428,17 +569,18 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-    CHECK(device, 0);
-    if (snprintf(uuid, length, "GPU-fa4e0000-0000-4000-8000-%012d", index) >= (int)length)
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    return NVML_SUCCESS;
+    ANY_CHECK(device, 0);
+    int written = mig ? snprintf(uuid, length, "MIG-fa4e0000-%04d-4000-8000-%06u%06u", index, mig->gi, mig->ci)
+                      : snprintf(uuid, length, "GPU-fa4e0000-0000-4000-8000-%012d", index);
+    return written >= (int)length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
-    CHECK(device, 0);
-    if (snprintf(name, length, "%s", cfg.name) >= (int)length) return NVML_ERROR_INSUFFICIENT_SIZE;
-    return NVML_SUCCESS;
+    ANY_CHECK(device, 0);
+    int written = mig ? snprintf(name, length, "%s MIG %s", cfg.name, mig->profile)
+                      : snprintf(name, length, "%s", cfg.name);
+    return written >= (int)length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
@@ -450,29 +592,44 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
                                 (long)((cfg.hang_seconds - (time_t)cfg.hang_seconds) * 1e9)};
         nanosleep(&hang, NULL);
     }
+    if (mig_enabled(index)) return NVML_ERROR_NOT_SUPPORTED; /* the instances share the engines */
     utilization->gpu = 90 + index;
     utilization->memory = 60 + index;
     return NVML_SUCCESS;
 }
 
+/* A GPU's or MIG device's memory as the v2 call counts it: used leaves the reserved out. */
+static void memory_v2(int index, const struct fake_mig *mig, nvmlMemory_v2_t *memory)
+{
+    if (mig) {
+        memory->total = MIG_MEMORY_TOTAL + mig->gi * GIB;
+        memory->reserved = MIG_MEMORY_RESERVED;
+        memory->used = MIG_MEMORY_USED + (8 * mig->gi + mig->ci) * MIB;
+    } else {
+        memory->total = MEMORY_TOTAL;
+        memory->reserved = MEMORY_RESERVED;
+        memory->used = MEMORY_USED + index * GIB;
+    }
+    memory->free = memory->total - memory->reserved - memory->used;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-    CHECK(device, R_MEMORY);
-    memory->total = MEMORY_TOTAL;
-    memory->used = MEMORY_USED + index * GIB + MEMORY_RESERVED;
-    memory->free = memory->total - memory->used;
+    ANY_CHECK(device, R_MEMORY);
+    nvmlMemory_v2_t v2;
+    memory_v2(index, mig, &v2);
+    memory->total = v2.total;
+    memory->used = v2.used + v2.reserved;
+    memory->free = v2.free;
     return NVML_SUCCESS;
 }
 
 #ifndef FAKE_NVML_R470
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-    CHECK(device, R_MEMORY);
+    ANY_CHECK(device, R_MEMORY);
     if (memory->version != MEMORY_V2_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    memory->total = MEMORY_TOTAL;
-    memory->reserved = MEMORY_RESERVED;
-    memory->used = MEMORY_USED + index * GIB;
-    memory->free = memory->total - memory->reserved - memory->used;
+    memory_v2(index, mig, memory);
     return NVML_SUCCESS;
 }
 #endif
@@ -594,15 +751,17 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
     return NVML_SUCCESS;
 }
 
+/* A MIG device's handle lists its own processes; a GPU's, every process on the GPU (with MIG on,
+ * the instances' processes, each with its ids: what a privileged caller gets). */
 static nvmlReturn_t running_processes(nvmlDevice_t device, char kind, unsigned int *count, nvmlProcessInfo_t *infos)
 {
-    CHECK(device, R_PROCS);
+    ANY_CHECK(device, R_PROCS);
     unsigned int found = 0;
     for (int i = 0; i < cfg.nprocs; i++) {
         const struct fake_process *p = &cfg.procs[i];
         if (p->gpu != index || p->kind != kind) continue;
-        if (infos && found < *count)
-            infos[found] = (nvmlProcessInfo_t){p->pid, p->bytes, 0xFFFFFFFFu, 0xFFFFFFFFu};
+        if (mig && (p->gi != mig->gi || p->ci != mig->ci)) continue;
+        if (infos && found < *count) infos[found] = (nvmlProcessInfo_t){p->pid, p->bytes, p->gi, p->ci};
         found++;
     }
     nvmlReturn_t ret = (!infos || found > *count) && found ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
@@ -618,6 +777,46 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos)
 {
     return running_processes(device, 'g', count, infos);
+}
+
+/* Process utilization (see the top of this file). */
+
+#define PROC_UTIL_PERIOD_US 166667ULL /* six samples a second */
+#define PROC_UTIL_KEPT 6
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
+{
+    ANY_CHECK(device, R_PROC_UTIL);
+    if (mig || mig_enabled(index)) return NVML_ERROR_NOT_SUPPORTED;
+    if (!processSamplesCount) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long newest = (unsigned long long)(now() * 1e6) / PROC_UTIL_PERIOD_US * PROC_UTIL_PERIOD_US;
+    unsigned int found = 0, written = 0;
+    pthread_mutex_lock(&lock);
+    for (int age = PROC_UTIL_KEPT - 1; age >= 0; age--) {
+        unsigned long long taken = newest - age * PROC_UTIL_PERIOD_US;
+        if (taken <= lastSeenTimeStamp) continue;
+        for (int i = 0; i < cfg.nproc_utils; i++) {
+            const struct fake_proc_util *u = &cfg.proc_utils[i];
+            if (u->gpu != index) continue;
+            found++;
+            if (utilization && written < *processSamplesCount)
+                utilization[written++] = (nvmlProcessUtilizationSample_t){u->pid, taken, u->sm, u->mem, 0, 0};
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (!found) return NVML_ERROR_NOT_FOUND;
+    if (!written) { /* no buffer, or room for none: how many there are */
+        *processSamplesCount = found;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    *processSamplesCount = written;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types)
@@ -771,8 +970,9 @@ nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *mode)
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
 {
     CHECK(device, R_MIG);
-    *current = cfg.mig[0];
-    *pending = cfg.mig[1];
+    int on = applies(cfg.mig_on, index);
+    *current = on ? cfg.mig[0] : 0;
+    *pending = on ? cfg.mig[1] : 0;
     return NVML_SUCCESS;
 }
 
@@ -811,6 +1011,60 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int l
     return NVML_SUCCESS;
 }
 
+/* MIG (see the top of this file). */
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+    CHECK(device, R_MIG);
+    *count = mig_enabled(index) ? MIG_SLOTS : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int slot, nvmlDevice_t *migDevice)
+{
+    CHECK(device, R_MIG);
+    if (!mig_enabled(index) || slot >= MIG_SLOTS) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!cfg.migs[index][slot].present) return NVML_ERROR_NOT_FOUND;
+    *migDevice = &mig_devices[index][slot];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    ANY_CHECK(device, 0);
+    (void)index;
+    *isMigDevice = mig != NULL;
+    return NVML_SUCCESS;
+}
+
+/* The calls only a MIG device's handle answers (a GPU's: NOT_SUPPORTED). */
+static nvmlReturn_t mig_reading(nvmlDevice_t device, int gpu_instance, unsigned int *id)
+{
+    ANY_CHECK(device, 0);
+    (void)index;
+    if (!mig) return NVML_ERROR_NOT_SUPPORTED;
+    *id = gpu_instance ? mig->gi : mig->ci;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    return mig_reading(device, 1, id);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    return mig_reading(device, 0, id);
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+    ANY_CHECK(migDevice, 0);
+    if (!mig) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &devices[index];
+    return NVML_SUCCESS;
+}
+
 #ifndef FAKE_NVML_R470
 /* GPM: GPU Performance Monitoring (see the top of this file). */
 
@@ -818,7 +1072,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int l
 #define GPM_METRICS_GET_VERSION 1
 #define GPM_SUPPORT_VERSION 1
 
-struct fake_gpm_sample { int gpu, filled; double taken, counters[GPM_COUNT]; };
+struct fake_gpm_sample { int gpu, gi, filled; double taken, counters[GPM_COUNT]; }; /* gi -1: the whole GPU */
 typedef struct fake_gpm_sample *nvmlGpmSample_t;
 typedef struct {
     unsigned int metricId;
@@ -838,6 +1092,8 @@ typedef struct { unsigned int version, isSupportedDevice; } nvmlGpmSupport_t;
 static double gpm_counters[MAX_GPUS][GPM_COUNT];
 static double gpm_advanced[MAX_GPUS];
 static double gpm_window[MAX_GPUS];
+static double gpm_mig_counters[MAX_GPUS][MAX_GPU_INSTANCES][GPM_COUNT];
+static double gpm_mig_advanced[MAX_GPUS][MAX_GPU_INSTANCES];
 
 double fakeNvmlGpmWindow(int index)
 {
@@ -851,9 +1107,30 @@ static double monotonic(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static double gpm_percent(int gpu, int k)
+static double gpm_percent(int gpu, int gi, int k)
 {
+    if (gi >= 0)
+        return cfg.gpm_mig_set[gpu][gi] & (1u << k) ? cfg.gpm_mig[gpu][gi][k] : GPM_METRICS[k].base / 2 + gi;
     return cfg.gpm_set[gpu] & (1u << k) ? cfg.gpm[gpu][k] : GPM_METRICS[k].base + gpu;
+}
+
+/* Advance the counters of GPU `gpu` (gi -1) or its GPU instance gi to now, and copy them into the sample. */
+static void gpm_take(int gpu, int gi, double *counters, double *advanced, struct fake_gpm_sample *sample)
+{
+    pthread_mutex_lock(&lock);
+    double t = monotonic();
+    if (*advanced > 0)
+        for (int k = 0; k < GPM_COUNT; k++) {
+            double percent = gpm_percent(gpu, gi, k);
+            if (!isnan(percent)) counters[k] += percent * (t - *advanced);
+        }
+    *advanced = t;
+    sample->gpu = gpu;
+    sample->gi = gi;
+    sample->taken = t;
+    memcpy(sample->counters, counters, sizeof sample->counters);
+    sample->filled = 1;
+    pthread_mutex_unlock(&lock);
 }
 
 nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support)
@@ -886,19 +1163,22 @@ nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample)
     CHECK(device, R_GPM);
     if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
     if (cfg.gpm_error[index]) return cfg.gpm_error[index];
-    pthread_mutex_lock(&lock);
-    double t = monotonic();
-    if (gpm_advanced[index] > 0)
-        for (int k = 0; k < GPM_COUNT; k++) {
-            double percent = gpm_percent(index, k);
-            if (!isnan(percent)) gpm_counters[index][k] += percent * (t - gpm_advanced[index]);
-        }
-    gpm_advanced[index] = t;
-    sample->gpu = index;
-    sample->taken = t;
-    memcpy(sample->counters, gpm_counters[index], sizeof sample->counters);
-    sample->filled = 1;
-    pthread_mutex_unlock(&lock);
+    gpm_take(index, -1, gpm_counters[index], &gpm_advanced[index], sample);
+    return NVML_SUCCESS;
+}
+
+/* One GPU instance's sample: the GPU's handle and the instance's id, on a GPU with MIG on. */
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t sample)
+{
+    CHECK(device, R_GPM);
+    if (!sample || !mig_enabled(index) || gpuInstanceId >= MAX_GPU_INSTANCES) return NVML_ERROR_INVALID_ARGUMENT;
+    int exists = 0;
+    for (int slot = 0; slot < MIG_SLOTS; slot++)
+        exists |= cfg.migs[index][slot].present && cfg.migs[index][slot].gi == gpuInstanceId;
+    if (!exists) return NVML_ERROR_NOT_FOUND;
+    if (cfg.gpm_error[index]) return cfg.gpm_error[index];
+    int gi = (int)gpuInstanceId;
+    gpm_take(index, gi, gpm_mig_counters[index][gi], &gpm_mig_advanced[index][gi], sample);
     return NVML_SUCCESS;
 }
 
@@ -909,17 +1189,17 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get)
     if (get->version != GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     const struct fake_gpm_sample *first = get->sample1, *second = get->sample2;
     if (!first || !second || !first->filled || !second->filled || first->gpu != second->gpu
-        || second->taken <= first->taken || get->numMetrics > GPM_METRIC_MAX)
+        || first->gi != second->gi || second->taken <= first->taken || get->numMetrics > GPM_METRIC_MAX)
         return NVML_ERROR_INVALID_ARGUMENT;
     double seconds = second->taken - first->taken;
-    gpm_window[first->gpu] = seconds;
+    if (first->gi < 0) gpm_window[first->gpu] = seconds;
     for (unsigned int i = 0; i < get->numMetrics; i++) {
         nvmlGpmMetric_t *metric = &get->metrics[i];
         memset(&metric->metricInfo, 0, sizeof metric->metricInfo);
         metric->value = 0;
         metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         for (int k = 0; k < GPM_COUNT; k++) {
-            if (GPM_METRICS[k].id != metric->metricId || isnan(gpm_percent(first->gpu, k))) continue;
+            if (GPM_METRICS[k].id != metric->metricId || isnan(gpm_percent(first->gpu, first->gi, k))) continue;
             metric->value = (second->counters[k] - first->counters[k]) / seconds;
             metric->nvmlReturn = NVML_SUCCESS;
             metric->metricInfo.shortName = (char *)GPM_METRICS[k].name;

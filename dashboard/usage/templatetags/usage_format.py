@@ -19,6 +19,15 @@ def one_decimal(value: float | None) -> str:
     return NONE if value is None else f"{value:,.1f}"
 
 
+# A row's busy_by (gpulse.usage.busy_by) in the table's words.
+BUSY_BY_WORDS = {"sm_activity": "SM activity", "utilization": "utilization"}
+
+
+@register.filter
+def busy_by_words(busy_by: str | None) -> str:
+    return BUSY_BY_WORDS.get(busy_by or "", NONE)
+
+
 @register.filter
 def idle_for(seconds: float) -> str:
     """Seconds as 42 s, 12 min, 3 h 12 min or 2 d 5 h."""

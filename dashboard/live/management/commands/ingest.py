@@ -39,6 +39,7 @@ class Command(BaseCommand):
             max_rollup_rows=settings.GPULSE_ROLLUP_MAX_ROWS,
             max_unacked=settings.GPULSE_INGEST_MAX_UNACKED,
             busy_util=settings.GPULSE_BUSY_UTIL,
+            busy_sm_activity=settings.GPULSE_BUSY_SM_ACTIVITY,
             usage_accounting=settings.GPULSE_USAGE_ACCOUNTING,
         )
         log.info("ingest %s reading %s every %.1f s", ingest.consumer, ingest.keys.telemetry_streams, tick)

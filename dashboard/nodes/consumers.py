@@ -22,6 +22,19 @@ CLOSE_TOO_MANY_SOCKETS = 4429
 EMPTY_SNAPSHOT = orjson.dumps({"type": "snapshot", "seq": 0, "nodes": {}, "summary": {}}).decode()
 
 
+def sm_idle_gpus(raw: bytes | None, node: str) -> list[int]:
+    """The node's GPUs ingest flags "kernels run, SMs idle" (keys.sm_idle, dashboard/activity/stage.py).
+    A value of another shape flags nothing rather than fail the read, which would show the node as
+    Redis being unreachable."""
+    try:
+        flagged = orjson.loads(raw).get(node, []) if raw else []
+    except (orjson.JSONDecodeError, AttributeError):
+        return []
+    if not isinstance(flagged, list):
+        return []
+    return [index for index in flagged if type(index) is int and index >= 0]
+
+
 class AuthenticatedConsumer(AsyncWebsocketConsumer):
     """A logged-in user's socket, one of at most GPULSE_WS_MAX_PER_USER."""
 
@@ -102,17 +115,18 @@ class NodeConsumer(FollowingConsumer):
                 raw = await client.get(keys.node(self.node))
                 seen = await client.hget(keys.known_nodes, self.node)
                 message = self.describe(raw, remembered_or_none(seen))
+                message["sm_idle_gpus"] = sm_idle_gpus(await client.get(keys.sm_idle), self.node)
             except Exception as exc:
                 message = {"type": "node", "node": self.node, "status": "unknown", "error": f"Redis unreachable: {exc}"}
             fingerprint = (message.get("status"), message.get("ts"), message.get("clock_skew"), message.get("restarts"),
-                           message.get("twin_collectors"))
+                           message.get("twin_collectors"), tuple(message.get("sm_idle_gpus", ())))
             if fingerprint != last:
                 last = fingerprint
                 await self.send(text_data=orjson.dumps(message).decode())
             await asyncio.sleep(self.poll_seconds)
 
     def describe(self, raw: bytes | None, seen: dict | None) -> dict:
-        """The node's status, judged as cluster.node_view judges it (by when its newest sample
+        """The node's status, judged as dashboard.live.cluster.node_view judges it (by when its newest sample
         arrived, never by its own clock), and its full sample while it is not down; ``ts``
         places that sample in time (its arrival while the node's clock is skewed)."""
         seen = seen or {}

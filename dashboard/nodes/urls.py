@@ -1,9 +1,8 @@
 from django.urls import path
 
-from dashboard.live import views
+from dashboard.nodes import views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("nodes/<path:name>/", views.node_detail, name="node"),
-    path("healthz", views.healthz, name="healthz"),
 ]

@@ -5,8 +5,9 @@ import datetime as dt
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
+from dashboard.json_api import parse_time
 from dashboard.live.cluster import read_cluster, read_node, read_probes, read_recent
-from dashboard.live.history import parse_time, rollup_history
+from dashboard.nodes.history import rollup_history
 
 
 @require_GET

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from dashboard.live import api
+from dashboard.nodes import api
 
 urlpatterns = [
     path("cluster", api.cluster, name="api-cluster"),
