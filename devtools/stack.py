@@ -10,6 +10,7 @@ folder's credentials/. One more collector and one benchmark worker serve every
 other simulated node.
 """
 
+import functools
 import os
 import signal
 import subprocess
@@ -130,11 +131,12 @@ class Stack:
 
     def spawn(self, name: str, role: str, *command: str, env: dict | None = None) -> None:
         """Start ``command`` as ``role`` (or with ``env``), logging to <name>.log. Its own process group, so
-        stop() ends it and everything it started; ended with this process however that ends."""
+        stop() ends it and everything it started; killed when this process ends without stop(): a SIGTERM
+        then would be a request nobody waits on, and a Celery worker finishes its running task first."""
         log = open(self.state_dir / f"{name}.log", "ab")
         process = subprocess.Popen(
             command, cwd=ROOT, env=env or self.role_env(role), stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=die_with_parent,
+            start_new_session=True, preexec_fn=functools.partial(die_with_parent, signal.SIGKILL),
         )
         self.processes.append((name, process))
 
