@@ -203,7 +203,7 @@ GPULSE_TICK = env_float("GPULSE_TICK", 1.0)
 GPULSE_INGEST_MAX_LAG = env_float("GPULSE_INGEST_MAX_LAG", 10.0)
 # Ingest merges the minute rollups it gathered into the database this often (seconds),
 # and acknowledges stream entries only then, or with usage accounting on, once their usage
-# is written too (GPULSE_USAGE_FLUSH_INTERVAL; dashboard/live/rollups.py).
+# is written too (GPULSE_USAGE_FLUSH_INTERVAL; dashboard/rollups/accumulator.py).
 GPULSE_ROLLUP_FLUSH_INTERVAL = env_float("GPULSE_ROLLUP_FLUSH_INTERVAL", 5.0, minimum=0.1)
 # During a database outage: at most this many (node, gpu, minute) rollup rows wait in
 # memory (oldest minute dropped and counted past it; 8,000 GPUs x 60 minutes) ...
@@ -245,6 +245,8 @@ GPULSE_INGEST_STAGES = env_list("GPULSE_INGEST_STAGES", [
     "dashboard.benchmarks.stage.BenchmarkSummaryStage",
     "dashboard.benchmarks.diagnostics_stage.FabricDiagnosticsStage",
     "dashboard.longterm.stage.RemoteWriteStage",
+    # Last: its database write follows the others', and entries are acknowledged after it.
+    "dashboard.rollups.stage.RollupStage",
 ])
 # Seconds a node's clock may differ from Redis' before it is flagged "clock skew"
 # and its samples are placed at their arrival time.

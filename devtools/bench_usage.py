@@ -91,8 +91,8 @@ def fleet(nodes: int, gpus: int, second: int, mig_nodes: int = 0) -> list[dict]:
 def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int, usage_flush: int, mig_nodes: int = 0) -> dict:
     from django.core.management import call_command
 
-    from dashboard.live import rollups
     from dashboard.live.models import ClusterUsage, GpuRollup, GpuUsage, UsageHour
+    from dashboard.rollups.accumulator import RollupAccumulator
     from dashboard.usage.idle import IdleAllocations
 
     call_command("migrate", verbosity=0)
@@ -106,8 +106,7 @@ def bench_ingest(nodes: int, gpus: int, seconds: int, flush: int, usage_flush: i
     def run(with_usage: bool) -> float:
         for model in (GpuRollup, GpuUsage, UsageHour, ClusterUsage):
             model.objects.all().delete()
-        accumulator = rollups.RollupAccumulator(Keys().telemetry_stream, INGEST_GROUP, max_rows=10**7,
-                                                accounting=with_usage)
+        accumulator = RollupAccumulator(Keys().telemetry_stream, INGEST_GROUP, max_rows=10**7, accounting=with_usage)
         accumulator.resume({})
         idle = IdleAllocations()
         started = time.process_time()

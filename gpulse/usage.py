@@ -1,7 +1,7 @@
 """What a GPU's usage is: allocated or not, busy or not, and whose.
 
 One definition for everything that counts usage: ingest's accounting
-(dashboard/live/usage.py), the alert metric gpu.idle_allocated, the frames'
+(dashboard/rollups/usage.py), the alert metric gpu.idle_allocated, the frames'
 allocation flags and /metrics. It reads a validated sample's GPU (gpulse/schema.py).
 
 - **Allocated**: a Kubernetes pod owns the GPU (the sample's ``k8s``) or a

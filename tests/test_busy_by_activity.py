@@ -108,7 +108,7 @@ def test_usage_rows_say_busy_by_and_the_stalled_loader_counts_idle_on_the_usage_
         s["gpus"] = [held(100, 0.05, 0, "alice", "100"), held(95, 0.85, 1, "bob", "101"),
                      held(90, None, 2, "carol", "102")]
         apply(ingest, s)
-    ingest.flush_rollups()
+    ingest.flush()
 
     minute = GpuUsage.objects.filter(user="alice").first()
     assert minute.busy_seconds == 0 and minute.sm_activity_seconds == minute.allocated_seconds > 0
@@ -140,7 +140,7 @@ def test_rollups_carry_activity_and_a_gpu_without_it_stays_null(make_ingest):  #
         s["gpus"] = [gpu(0, sm_active=0.4 if second % 2 else None, tensor_active=0.2, dram_active=0.1),
                      gpu(1, sm_active=None, tensor_active=None, dram_active=None)]
         apply(ingest, s)
-    ingest.flush_rollups()
+    ingest.flush()
     with_gpm = GpuRollup.objects.filter(gpu=0).order_by("minute").first()
     assert (with_gpm.sm_active_count, with_gpm.sm_active_mean, with_gpm.sm_active_min) == (30, pytest.approx(0.4), 0.4)
     assert (with_gpm.tensor_active_mean, with_gpm.dram_active_max) == (pytest.approx(0.2), pytest.approx(0.1))

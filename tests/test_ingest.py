@@ -11,6 +11,7 @@ from dashboard.live.frames import FIELDS, FLAG_ALLOCATED, FLAG_IDLE, FLAG_LOST, 
 from dashboard.live.ingest import Ingest
 from dashboard.live.models import GpuRollup
 from dashboard.probes.stage import ProbeStage
+from dashboard.rollups.stage import RollupStage
 from gpulse import schema, usage
 from gpulse.keys import INGEST_GROUP, Keys
 from tests.clock import Clock
@@ -209,8 +210,10 @@ def test_entries_left_pending_by_a_dead_consumer_are_reclaimed(redis_client, mak
         "acknowledged once written"
 
 
-def test_entries_a_live_consumer_left_pending_for_long_are_reclaimed(redis_client, make_ingest, frames, monkeypatch):
-    survivor = make_ingest(consumer="survivor", flush_interval=0.0, usage_flush_interval=0.0)
+def test_entries_a_live_consumer_left_pending_for_long_are_reclaimed(redis_client, make_ingest, frames, monkeypatch,
+                                                                    settings):
+    settings.GPULSE_ROLLUP_FLUSH_INTERVAL, settings.GPULSE_USAGE_FLUSH_INTERVAL = 0.0, 0.0
+    survivor = make_ingest(consumer="survivor")
     xadd(redis_client, schema.encode(sample("orphan")))
     survivor.ensure_group()
     redis_client.xreadgroup(INGEST_GROUP, "dead", {Keys().telemetry_stream("orphan"): ">"}, count=10)
@@ -226,7 +229,7 @@ def test_entries_held_until_the_next_rollup_write_are_not_reclaimed_by_their_own
     ingest.read(block_ms=10)  # held, unacknowledged, until the next write (the database may be away)
     assert ingest.reclaim(min_idle_ms=0) == 0
     assert ingest.processed == 1 and len(ingest.unacked) == 1
-    ingest.flush_rollups()
+    ingest.flush()
     assert GpuRollup.objects.get(node="n1", gpu=0).samples == 1
     assert redis_client.xpending(Keys().telemetry_stream("n1"), INGEST_GROUP)["pending"] == 0
 
@@ -281,7 +284,7 @@ def test_minute_rollups_are_written_with_min_mean_max(redis_client, make_ingest)
     for second, util in ((0, 10), (20, 30), (40, 50)):
         apply(ingest, sample("n1", gpus=2, ts=minute + second, util=util))
     assert GpuRollup.objects.count() == 0
-    ingest.flush_rollups()
+    ingest.flush()
     rows = GpuRollup.objects.filter(node="n1").order_by("gpu")
     assert rows.count() == 2
     assert (rows[0].util_min, rows[0].util_mean, rows[0].util_max, rows[0].samples) == (10, 30, 50, 3)
@@ -514,10 +517,10 @@ def test_a_minute_written_in_parts_merges_into_one_row(make_ingest):
     minute = 1_700_000_040.0
     for second, util, power in ((0, 10, None), (20, 30, 300.0)):
         apply(ingest, sample("n1", gpus=1, ts=minute + second, util=util, power=power))
-        ingest.flush_rollups()
+        ingest.flush()
     apply(ingest, sample("n1", gpus=1, ts=minute + 40, util=50, power=100.0))
     apply(ingest, sample("n1", gpus=1, ts=minute + 60, util=99))  # the next minute
-    assert ingest.flush_rollups() == 2
+    assert stage_of(ingest, RollupStage).write() == 2
     row = GpuRollup.objects.get(node="n1", minute__lt=dt.datetime.fromtimestamp(minute + 60, dt.UTC))
     assert (row.samples, row.util_min, row.util_mean, row.util_max, row.util_count) == (3, 10, 30, 50, 3)
     assert (row.power_min, row.power_mean, row.power_max, row.power_count) == (100.0, 200.0, 300.0, 2)
@@ -533,7 +536,7 @@ def test_rollups_skip_null_readings_and_lost_gpus_and_count_a_backlog_in_one_bat
         s = sample("n1", gpus=2, ts=minute + second, power=power)
         s["gpus"][1] = {"index": 1, "uuid": "GPU-1", "lost": True, **{m: None for m in schema.GPU_METRIC_NAMES}}
         apply(ingest, s)
-    ingest.flush_rollups()
+    ingest.flush()
     rows = {(r.node, r.gpu): r for r in GpuRollup.objects.all()}
     assert set(rows) == {("n1", 0), ("n2", 0)}, "a lost GPU has no readings to roll up"
     n1 = rows[("n1", 0)]

@@ -48,7 +48,7 @@ def test_samples_a_second_apart_claiming_an_hour_count_a_second_each(make_ingest
     ingest = make_ingest()
     for second in range(120):  # 120 s of 2 GPUs, each sample saying it stands for an hour
         ingest.apply(held_by("mallory", "liar", T0 + second, interval=3600.0), entry_at(T0 + second))
-    ingest.flush_rollups()
+    ingest.flush()
     allocated = seconds_by(node="liar")
     # The first sample has nothing before it to measure from: it counts its interval, at most FIRST_SAMPLE_MAX;
     # every later one the second the stream saw pass. Before: 2 × 120 × 3600 s (240 GPU-hours).
@@ -72,7 +72,7 @@ def test_through_the_stream_an_hour_claimed_every_second_counts_the_seconds(redi
              at=start + second)
     while ingest.read(block_ms=10):
         pass
-    ingest.flush_rollups()
+    ingest.flush()
     assert ingest.processed == 20
     assert sum(seconds_by(node="liar").values()) == pytest.approx(2 * (FIRST_SAMPLE_MAX + 19))
 
@@ -83,7 +83,7 @@ def test_honest_samples_count_exactly_as_before(make_ingest, interval):  # noqa:
     for step in range(40):
         ts = T0 + step * interval
         ingest.apply(held_by("alice", "honest", ts, interval=interval), entry_at(ts))
-    ingest.flush_rollups()
+    ingest.flush()
     assert seconds_by(node="honest") == {("alice", 0): pytest.approx(40 * interval),
                                          ("alice", 1): pytest.approx(40 * interval)}
 
@@ -94,7 +94,7 @@ def test_arrivals_off_the_grid_lose_no_time_over_a_run(make_ingest):  # noqa: F8
     arrivals = [T0 + step + (0.0, 0.3, -0.2, 0.45, -0.1)[step % 5] for step in range(100)]
     for step, at in enumerate(arrivals):
         ingest.apply(held_by("alice", "jittery", T0 + step, interval=1.0), entry_at(at))
-    ingest.flush_rollups()
+    ingest.flush()
     # Each is placed at its own ts, or its arrival where that is earlier: what the stream saw pass, never more.
     total = seconds_by(node="jittery")[("alice", 0)]
     assert total <= 1 + 1 + arrivals[-1] - arrivals[0]
@@ -109,7 +109,7 @@ def test_a_backlog_written_at_once_after_an_outage_counts_the_time_it_covers(mak
     for second in range(10, 40):
         ingest.apply(held_by("alice", "n1", T0 + second, interval=1.0), entry_at(back), held=back - (T0 + second))
     ingest.apply(held_by("alice", "n1", back, interval=1.0), entry_at(back))
-    ingest.flush_rollups()
+    ingest.flush()
     assert seconds_by(node="n1") == {("alice", 0): pytest.approx(41.0), ("alice", 1): pytest.approx(41.0)}
 
 
@@ -159,7 +159,7 @@ def test_two_collectors_as_one_node_are_flagged_and_counted_once(redis_client, m
     assert metrics["gpulse_ingest_twin_dropped_samples"].samples[0].value == 59
     # Usage counts one collector's time, not twice: 60 s per GPU (mallory's one sample before run-a came back
     # counted half a second, taken from alice's).
-    ingest.flush_rollups()
+    ingest.flush()
     allocated = seconds_by(node="n1")
     assert allocated[("alice", 0)] + allocated[("mallory", 0)] == pytest.approx(60.0)
     assert allocated[("mallory", 0)] == pytest.approx(0.5)
@@ -189,7 +189,7 @@ def test_a_collector_that_restarts_is_no_twin(redis_client, make_ingest):  # noq
     assert node.identity.twin_since is None and node.identity.restarts == 1 and ingest.collector_restarts == 1
     ingest.emit(time.time())
     assert orjson.loads(redis_client.get(Keys().ingest_heartbeat))["nodes_twin"] == 0
-    ingest.flush_rollups()
+    ingest.flush()
     assert seconds_by(node="n1") == {("alice", 0): pytest.approx(30.0), ("alice", 1): pytest.approx(30.0)}
 
 

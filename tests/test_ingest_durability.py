@@ -20,7 +20,7 @@ import dj_database_url
 import orjson
 import pytest
 
-from dashboard.live.rollups import entry_key
+from dashboard.rollups.accumulator import entry_key
 from devtools.stack import ROOT
 from gpulse import schema
 from gpulse.keys import INGEST_GROUP, Keys

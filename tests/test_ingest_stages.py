@@ -17,9 +17,10 @@ from dashboard.live.stages import Stage
 from dashboard.longterm.stage import RemoteWriteStage
 from dashboard.probes.stage import ProbeStage
 from dashboard.reliability.stage import IncidentStage
+from dashboard.rollups.stage import RollupStage
 from dashboard.usage.stage import IdleStage
 from gpulse import schema
-from gpulse.keys import Keys
+from gpulse.keys import INGEST_GROUP, Keys
 from tests.samples import sample
 from tests.test_ingest import frames, make_ingest, probe, xadd  # noqa: F401 (fixtures)
 
@@ -36,18 +37,19 @@ def test_the_settings_name_every_stage_in_the_order_they_run(redis_client, make_
     ingest = make_ingest(stages=None)
     assert [type(stage) for stage in ingest.stages] == [
         HealthStage, ProbeStage, IdleStage, SmIdleStage, AlertStage, IncidentStage, BenchmarkSummaryStage,
-        FabricDiagnosticsStage, RemoteWriteStage]
+        FabricDiagnosticsStage, RemoteWriteStage, RollupStage]
 
 
-def test_with_no_stage_at_all_the_core_still_frames_rolls_up_and_beats(redis_client, make_ingest, frames):  # noqa: F811
+def test_with_no_stage_at_all_the_core_still_frames_acknowledges_and_beats(redis_client, make_ingest, frames):  # noqa: F811
     ingest = make_ingest(stages=[])
     publish_probe(redis_client, Keys(), probe("n1", 100.0))
     one_tick(redis_client, ingest)
     node = frames[-1]["nodes"]["n1"]
     assert node["status"] == "up" and len(node["gpus"]) == 2
     assert "health" not in node and "probe" not in node and frames[-1]["summary"] == {}
-    ingest.flush_rollups()
-    assert GpuRollup.objects.filter(node="n1").count() == 2
+    # Nothing holds what the entry fed: it is acknowledged with the tick, and no minute is rolled up.
+    assert redis_client.xpending(Keys().telemetry_stream("n1"), INGEST_GROUP)["pending"] == 0
+    assert not GpuRollup.objects.exists()
     beat = orjson.loads(redis_client.get(Keys().ingest_heartbeat))
     assert beat["processed"] == 1 and "alerts" not in beat and "health" not in beat
 
@@ -93,7 +95,7 @@ class Counting(Stage):
 
 
 def test_a_stage_that_raises_stops_neither_the_next_stage_nor_the_rollups(redis_client, make_ingest, caplog):  # noqa: F811
-    ingest = make_ingest(stages=[Failing, Counting])
+    ingest = make_ingest(stages=[Failing, Counting, RollupStage])
     one_tick(redis_client, ingest)
     assert ingest.stage_failures == 1 and ingest.stages[1].writes == 1
     assert "Failing's database work failed; retrying next tick" in caplog.text

@@ -60,7 +60,7 @@ def test_a_node_whose_clock_is_an_hour_off_is_flagged_never_down_and_loses_no_sa
     ok, detail = check_ingest(beat)
     assert ok, detail
     # All five samples are in the rollups of the minute they arrived in, not of the node's clock.
-    ingest.flush_rollups()
+    ingest.flush()
     rows = GpuRollup.objects.filter(node="skewed", gpu=0)
     assert sum(row.samples for row in rows) == 5
     assert all(abs(row.minute.timestamp() - time.time()) < 200 for row in rows)
@@ -86,7 +86,7 @@ def test_a_held_field_that_is_not_seconds_rejects_its_entry_and_nothing_else(red
     ingest.read(block_ms=10)
     ingest.emit(time.time())
     assert ingest.rejected == 1 and set(ingest.state.nodes) == {"good"}
-    ingest.flush_rollups()
+    ingest.flush()
     assert set(GpuRollup.objects.values_list("node", flat=True)) == {"good"}
 
 
@@ -107,7 +107,7 @@ def test_an_exact_duplicate_counts_once_in_rollups_and_state(redis_client, frame
     ingest.read(block_ms=10)
     assert ingest.processed == 3 and ingest.duplicates == 2
     assert ingest.state.nodes["n1"].sample["seq"] == 2
-    ingest.flush_rollups()
+    ingest.flush()
     row = GpuRollup.objects.get(node="n1", gpu=0)
     assert row.samples == 3 and row.util_mean == 20
 

@@ -26,7 +26,7 @@ def test_a_mig_gpus_sample_is_ingested_whole(redis_client, make_ingest, frames, 
     xadd(redis_client, schema.encode(collected))
     assert ingest.read(block_ms=10) == 1
     ingest.emit(time.time())
-    ingest.flush_rollups()
+    ingest.flush()
 
     assert (ingest.rejected, ingest.nulled) == (0, 0)
     assert set(frames[0]["nodes"]) == {"gpu-01"}

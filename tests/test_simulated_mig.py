@@ -173,7 +173,7 @@ def test_the_mig_nodes_samples_go_through_ingest_whole(redis_client, make_ingest
         xadd(redis_client, encode(sample))
     assert ingest.read(block_ms=10) == 3
     ingest.emit(time.time())
-    ingest.flush_rollups()
+    ingest.flush()
 
     assert (ingest.rejected, ingest.nulled) == (0, 0)
     assert set(frames[0]["nodes"]) == {"sim-01", "sim-02", MIG_NODE}

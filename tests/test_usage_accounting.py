@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard.live.frames import gpu_row
 from dashboard.live.models import ClusterUsage, GpuRollup, GpuUsage, UsageHour
-from dashboard.live.rollups import RollupAccumulator
+from dashboard.rollups.accumulator import RollupAccumulator
+from dashboard.rollups.stage import RollupStage
 from dashboard.usage.idle import IdleAllocations
 from dashboard.usage.models import EnergyPrice, GpuPrice
 from dashboard.usage.prices import current_prices
@@ -24,7 +25,7 @@ from gpulse import schema
 from gpulse.keys import INGEST_GROUP, Keys
 from gpulse.usage import is_allocated, is_idle_allocated, owner
 from tests import fake_nvml
-from tests.ingest_stages import stage_of
+from tests.ingest_stages import rollups_of, stage_of
 from tests.samples import gpu, sample
 from tests.test_ingest import apply, entry_at, frames, make_ingest, xadd  # noqa: F401 (fixtures)
 
@@ -57,7 +58,7 @@ def test_each_gpu_minute_counts_allocated_busy_seconds_and_energy_per_owner(make
             (0, [process("dana", "101")], None, 90.0, H100),  # no counter: power × interval
             (0, [], 5_000_000 + 60_000 * second, 60.0, H100),  # nobody's
         ]))
-    ingest.flush_rollups()
+    ingest.flush()
     rows = {(r.gpu, r.user, r.job): r for r in GpuUsage.objects.filter(node="n1")}
     assert set(rows) == {(0, "alice", "100"), (1, "dana", "101"), (2, "", "")}
     busy, idle, free = rows[(0, "alice", "100")], rows[(1, "dana", "101")], rows[(2, "", "")]
@@ -82,7 +83,7 @@ def test_a_gpu_that_changes_hands_within_a_minute_has_a_row_per_owner(make_inges
         apply(ingest, node_sample("n1", minute + second, [(90, [process("alice", "100")], None, 300.0, H100)]))
     for second in range(30, 60):
         apply(ingest, node_sample("n1", minute + second, [(90, [process("bob", "102")], None, 300.0, H100)]))
-    ingest.flush_rollups()
+    ingest.flush()
     assert sorted(GpuUsage.objects.values_list("user", "allocated_seconds")) == [("alice", 30.0), ("bob", 30.0)]
 
 
@@ -92,7 +93,7 @@ def test_the_owner_is_the_process_holding_the_most_memory_and_the_pod_from_k8s(m
                                                   process("erin", "200", mem=2**34)], None, 300.0, H100)])
     s["gpus"][0]["k8s"] = {"pod": "llama-ft-0", "namespace": "ml", "container": "trainer"}
     apply(ingest, s)
-    ingest.flush_rollups()
+    ingest.flush()
     assert GpuUsage.objects.values_list("user", "job", "pod").get() == ("erin", "200", "ml/llama-ft-0")
 
 
@@ -103,11 +104,11 @@ def test_entries_read_again_after_a_write_are_not_counted_twice(make_ingest):  #
                for s in range(10)]
     for entry_id, s in entries:
         ingest.apply(s, entry_id)
-    ingest.flush_rollups()
+    ingest.flush()
     again = make_ingest()  # a restarted ingest, re-reading entries whose acknowledgement was lost
     for entry_id, s in entries:
         again.apply(s, entry_id)
-    again.flush_rollups()
+    again.flush()
     row = GpuUsage.objects.get()
     assert (row.samples, row.allocated_seconds) == (10, 10.0)
     assert UsageHour.objects.get().samples == 10 and ClusterUsage.objects.get().samples == 10
@@ -123,22 +124,22 @@ def test_usage_written_less_often_than_the_rollups_is_counted_once_after_a_crash
     first, then = entries(range(10)), entries(range(10, 15))
     for entry_id, s in first:
         ingest.apply(s, entry_id)
-    ingest.flush_rollups()  # rollups and usage of the first 10 s
+    ingest.flush()  # rollups and usage of the first 10 s
     for entry_id, s in then:
         ingest.apply(s, entry_id)
-    ingest.flush_rollups(usage=False)  # the rollups of the next 5 s; their usage waits
+    stage_of(ingest, RollupStage).write(usage=False)  # the rollups of the next 5 s; their usage waits
     assert GpuRollup.objects.get().samples == 15 and GpuUsage.objects.get().samples == 10
     again = make_ingest()  # killed: a restarted ingest reads the pending entries again, and all before them
     for entry_id, s in first + then:
         again.apply(s, entry_id)
-    again.flush_rollups(usage=False)
+    stage_of(again, RollupStage).write(usage=False)
     assert GpuRollup.objects.get().samples == 15 and GpuUsage.objects.get().samples == 10
-    again.flush_rollups()
+    again.flush()
     assert GpuRollup.objects.get().samples == 15, "the rollups were written: the entries count for their usage alone"
     row = GpuUsage.objects.get()
     assert (row.samples, row.allocated_seconds) == (15, 15.0)
     assert UsageHour.objects.get().samples == 15 and ClusterUsage.objects.get().samples == 15
-    assert again.rollups.duplicates == 10
+    assert rollups_of(again).duplicates == 10
 
 
 def in_one_minute_for(back: float, ahead: float) -> None:
@@ -151,8 +152,9 @@ def in_one_minute_for(back: float, ahead: float) -> None:
         time.sleep(60 - into + back)
 
 
-def test_entries_stay_pending_until_their_usage_is_written(redis_client, make_ingest):  # noqa: F811
-    ingest = make_ingest(flush_interval=0.0, usage_flush_interval=3600.0)
+def test_entries_stay_pending_until_their_usage_is_written(redis_client, make_ingest, settings):  # noqa: F811
+    settings.GPULSE_ROLLUP_FLUSH_INTERVAL, settings.GPULSE_USAGE_FLUSH_INTERVAL = 0.0, 3600.0
+    ingest = make_ingest()
     in_one_minute_for(back=3.5, ahead=2.0)  # three samples stamped 3 to 1 s ago, one now
     for second in range(3):
         xadd(redis_client, schema.encode(node_sample("n1", time.time() - 3 + second,
@@ -186,7 +188,7 @@ def fold(rollups: RollupAccumulator, *samples: dict) -> list[tuple]:
     return rollups.usage_rows()[0]
 
 
-ENERGY = 12  # a usage row's column: after its key and the other sums (dashboard.live.usage_store.GPU_COLUMNS)
+ENERGY = 12  # a usage row's column: after its key and the other sums (dashboard.rollups.usage_store.GPU_COLUMNS)
 
 
 @pytest.mark.parametrize("readings, expected", [
@@ -247,17 +249,17 @@ def test_allocated_to_nobody_known_and_free_in_one_minute_is_one_row(free_first)
 
 def test_a_pruned_nodes_gpu_ids_go_to_new_gpus_only_once_its_minutes_are_written(make_ingest):  # noqa: F811
     ingest = make_ingest()
-    ingest.flush_rollups()  # reads the checkpoint: from here on, samples fold as they come
+    ingest.flush()  # reads the checkpoint: from here on, samples fold as they come
     apply(ingest, node_sample("old", 1_700_000_040.0, [(50, [process("alice", "1")], 10**6, 100.0, H100)]))
-    ingest.rollups.fold_queued()
-    ingest.rollups.forget("old")
+    rollups_of(ingest).fold_queued()
+    rollups_of(ingest).forget("old")
     apply(ingest, node_sample("new", 1_700_000_041.0, [(50, [process("bob", "2")], 10**6 + 100_000, 100.0, A100)]))
-    ingest.rollups.fold_queued()
-    assert len(ingest.rollups.gpus) == 2  # the id is not reused while "old"'s minute is unwritten
-    ingest.flush_rollups()
+    rollups_of(ingest).fold_queued()
+    assert len(rollups_of(ingest).gpus) == 2  # the id is not reused while "old"'s minute is unwritten
+    ingest.flush()
     apply(ingest, node_sample("newer", 1_700_000_042.0, [(50, [], 10**6 + 200_000, 100.0, A100)]))
-    ingest.flush_rollups()
-    assert len(ingest.rollups.gpus) == 2  # now it is
+    ingest.flush()
+    assert len(rollups_of(ingest).gpus) == 2  # now it is
     # Each GPU counted under its own name; "newer" took no delta from "old"'s counter.
     assert sorted(GpuUsage.objects.values_list("node", "user", "energy_j")) == [
         ("new", "bob", 100.0), ("newer", "", 100.0), ("old", "alice", 100.0)]
@@ -300,13 +302,14 @@ def test_ingests_inlined_definitions_agree_with_gpulse_usage():
         assert ((index, "") in idle.entries.get("n1", {})) == bool(is_idle_allocated(reading, 5.0)), reading
 
 
-def test_with_accounting_off_ingest_keeps_its_rollups_and_no_usage(redis_client, make_ingest):  # noqa: F811
+def test_with_accounting_off_ingest_keeps_its_rollups_and_no_usage(redis_client, make_ingest, settings):  # noqa: F811
     redis_client.set(Keys().idle_allocations, orjson.dumps([{"node": "n0", "gpu": 0, "since": 1.0}]))
-    ingest = make_ingest(usage_accounting=False)
+    settings.GPULSE_USAGE_ACCOUNTING = False
+    ingest = make_ingest()
     for second in range(3):
         apply(ingest, node_sample("n1", 1_700_000_040.0 + second, [(0, [process("dana", "101")], 10**6, 90.0, H100)]))
     ingest.emit(time.time())
-    ingest.flush_rollups()
+    ingest.flush()
     assert GpuRollup.objects.get().samples == 3
     assert not GpuUsage.objects.exists() and not UsageHour.objects.exists() and not ClusterUsage.objects.exists()
     assert orjson.loads(redis_client.get(Keys().idle_allocations)) == []  # an earlier ingest's list cleared
@@ -316,11 +319,12 @@ def test_with_accounting_off_ingest_keeps_its_rollups_and_no_usage(redis_client,
 # Outside a test transaction: the outage closes the connection, as it does in production.
 @pytest.mark.django_db(transaction=True)
 def test_usage_dropped_at_the_bound_during_an_outage_is_counted_in_the_heartbeat_and_metrics(
-        make_ingest, admin_client):  # noqa: F811
+        make_ingest, admin_client, settings):  # noqa: F811
     """A GPU that changes hands within a minute is one rollup row but a usage row per owner: its usage
     reaches GPULSE_ROLLUP_MAX_ROWS first, and what the bound drops of it is counted on its own."""
-    ingest = make_ingest(max_rollup_rows=3)
-    ingest.flush_rollups()  # reads the checkpoint: from here on, samples fold as they come
+    settings.GPULSE_ROLLUP_MAX_ROWS = 3
+    ingest = make_ingest()
+    ingest.flush()  # reads the checkpoint: from here on, samples fold as they come
     with connection.cursor() as cursor:  # the table is away: every write fails, as in an outage
         cursor.execute("ALTER TABLE live_gpuusage RENAME TO live_gpuusage_away")
     try:
@@ -339,7 +343,7 @@ def test_usage_dropped_at_the_bound_during_an_outage_is_counted_in_the_heartbeat
     lost = {s.name: s.value for f in text_string_to_metric_families(admin_client.get("/metrics").content.decode())
             for s in f.samples if s.name.startswith("gpulse_ingest_lost")}
     assert lost == {"gpulse_ingest_lost_samples_total": 0, "gpulse_ingest_lost_usage_samples_total": 2}
-    ingest.flush_rollups()
+    ingest.flush()
     # What was sent is what was written plus what was counted as lost, for the rollups and for the usage.
     assert sum(GpuRollup.objects.values_list("samples", flat=True)) == 4
     assert sum(GpuUsage.objects.values_list("samples", flat=True)) == 4 - 2
@@ -356,7 +360,7 @@ def test_a_counter_read_every_10_s_keeps_the_energy_totals_exact(make_ingest):  
         # the previous sample, more than any GPU draws in a second, but not in the 10 s since the last read.
         counter = 1_000_000 + 700_000 * (second // 10 * 10)
         apply(ingest, node_sample("n1", start + second, [(95, [process("alice", "100")], counter, 700.0, H100)]))
-    ingest.flush_rollups()
+    ingest.flush()
     minutes = [row.energy_j for row in GpuUsage.objects.filter(node="n1").order_by("minute")]
     # The first sample has no delta yet (power × interval); then the reads at 10 s, 20 s, ... 170 s.
     assert sum(minutes) == pytest.approx(700.0 + 170 * 700.0)
@@ -394,7 +398,7 @@ def three_hours(make_ingest):  # noqa: F811
                 (util, [process(user, job)], 10**9 + 9_000_000 * step, 300.0, model),
                 (0, [], None, 60.0, model),
             ], interval=30.0))
-    ingest.flush_rollups()
+    ingest.flush()
     return start
 
 
@@ -564,7 +568,7 @@ def test_a_minute_of_usage_lands_in_the_hour_it_belongs_to(make_ingest):  # noqa
     assert hour % 3600 == 0
     for ts in (hour - 30, hour + 30):
         apply(ingest, node_sample("n1", ts, [(90, [process("alice", "100")], None, 300.0, H100)], interval=30.0))
-    ingest.flush_rollups()
+    ingest.flush()
     hours = sorted(UsageHour.objects.values_list("hour", "allocated_seconds"))
     assert hours == [(dt.datetime.fromtimestamp(hour - 3600, dt.UTC), 30.0),
                      (dt.datetime.fromtimestamp(hour, dt.UTC), 30.0)]
@@ -606,7 +610,7 @@ def test_the_kwh_of_a_collector_against_the_stand_in_match_its_power_within_one_
     ingest = make_ingest()
     while ingest.read(block_ms=10):
         pass
-    ingest.flush_rollups()
+    ingest.flush()
     for index in (0, 1):
         rows = GpuUsage.objects.filter(node="gpu-07", gpu=index)
         seconds = sum(row.seconds for row in rows)

@@ -62,7 +62,7 @@ def test_each_instance_counts_its_share_for_its_owner_busy_by_its_own_sm_activit
     ingest = make_ingest()
     for second in range(60):
         apply(ingest, mig_sample("n1", MINUTE + second, [mig_gpu(0, two_users(), power=350.0)]))
-    ingest.flush_rollups()
+    ingest.flush()
     rows = by_instance()
     assert set(rows) == {(0, "1/0", "alice"), (0, "5/0", "bob"), (0, "", "")}
     alice, bob, unmade = rows[(0, "1/0", "alice")], rows[(0, "5/0", "bob")], rows[(0, "", "")]
@@ -90,7 +90,7 @@ def test_the_gpu_in_mig_mode_is_counted_once_its_rows_adding_up_to_one_gpu(make_
             mig_gpu(0, two_users(), energy=1_000_000 + 350_000 * second),
             gpu(1, util=95, processes=[process("carol", "300")], power=500.0),
         ]))
-    ingest.flush_rollups()
+    ingest.flush()
     mig_rows = GpuUsage.objects.filter(gpu=0)
     assert sum(row.seconds for row in mig_rows) == pytest.approx(60.0)
     assert sum(row.energy_j for row in mig_rows) == pytest.approx(350.0 + 59 * 350.0)
@@ -105,7 +105,7 @@ def test_a_gpu_in_mig_mode_with_no_instance_made_counts_as_a_free_gpu(make_inges
     ingest = make_ingest()
     for second in range(60):
         apply(ingest, mig_sample("n1", MINUTE + second, [mig_gpu(0, [], power=80.0)]))
-    ingest.flush_rollups()
+    ingest.flush()
     row = GpuUsage.objects.get()
     assert (row.mig_instance, row.mig_profile, row.user) == ("", "", "")
     assert (row.samples, row.seconds, row.allocated_seconds, row.energy_j) == (60, 60.0, 0.0,
@@ -120,7 +120,7 @@ def test_an_instance_that_changes_hands_within_a_minute_has_a_row_per_owner(make
             instance(7, "1g.10gb", [process(user, job)], sm_active=0.5),
             instance(8, "1g.10gb", sm_active=0.0),  # free
         ] + [instance(gi, "1g.10gb", sm_active=0.0) for gi in range(9, 14)])]))
-    ingest.flush_rollups()
+    ingest.flush()
     rows = by_instance()
     assert rows[(0, "7/0", "alice")].allocated_seconds == pytest.approx(20 / 7)
     assert rows[(0, "7/0", "dana")].allocated_seconds == pytest.approx(40 / 7)
@@ -134,7 +134,7 @@ def test_an_instance_held_by_a_pod_alone_is_allocated_to_the_pod(make_ingest):  
     ingest = make_ingest()
     held = instance(2, "3g.40gb", sm_active=0.3, k8s={"pod": "nb-0", "namespace": "ml", "container": None})
     apply(ingest, mig_sample("n1", MINUTE, [mig_gpu(0, [held])]))
-    ingest.flush_rollups()
+    ingest.flush()
     row = GpuUsage.objects.get(mig_instance="2/0")
     assert (row.pod, row.allocated_seconds, row.busy_seconds) == ("ml/nb-0", pytest.approx(3 / 7),
                                                                   pytest.approx(3 / 7))
@@ -166,7 +166,7 @@ def mig_hour(make_ingest):  # noqa: F811
         apply(ingest, mig_sample("n1", start + 30 * step, [
             mig_gpu(0, two_users()), gpu(1, util=95, processes=[process("carol", "300")], power=500.0),
         ], interval=30.0))
-    ingest.flush_rollups()
+    ingest.flush()
     GpuPrice.objects.create(gpu_model=H100, usd_per_gpu_hour="7.00")
     return start
 
@@ -205,7 +205,7 @@ def test_a_page_without_mig_has_no_mig_column(viewer, make_ingest):  # noqa: F81
     ingest = make_ingest()
     start = (int(time.time()) // 3600 - 2) * 3600
     apply(ingest, mig_sample("n1", start, [gpu(0, processes=[process("carol", "300")])], interval=30.0))
-    ingest.flush_rollups()
+    ingest.flush()
     html = viewer.get(f"/usage/?since={start}&until={start + 3600}").content.decode()
     assert "MIG profile" not in html
     assert Tables(html).tables["usage-user"]["body"][0][0] == "carol"
@@ -302,7 +302,7 @@ def test_the_simulated_mig_nodes_instances_are_accounted_with_their_owners(make_
         apply(ingest, s)
         held |= {(gpu["index"], mig_instance(instance), instance["profile"], tuple(owner(instance)))
                  for gpu in s["gpus"] for instance in gpu["mig"] if is_allocated(instance)}
-    ingest.flush_rollups()
+    ingest.flush()
     rows = GpuUsage.objects.filter(node="sim-03")
     assert held and {(r.gpu, r.mig_instance, r.mig_profile, (r.user, r.job, r.pod)) for r in rows
                      if r.allocated_seconds} == held

@@ -235,7 +235,7 @@ def test_the_csv_keeps_a_nodes_formula_as_text(viewer, make_ingest):  # noqa: F8
         apply(ingest, node_sample("n1", start + 30 * step, [(90, [held_by(FORMULA, "-1+2")], None, 300.0, H100),
                                                              (90, [held_by("@sum", "\tx")], None, 300.0, H100)],
                                   interval=30.0))
-    ingest.flush_rollups()
+    ingest.flush()
     text = viewer.get(f"/usage/job.csv?since={start}&until={start + 3600}").content.decode()
     rows = {row["user"]: row for row in csv.DictReader(io.StringIO(text))}
     assert set(rows) == {"'" + FORMULA, "'@sum"}
@@ -253,7 +253,7 @@ def test_a_users_markup_is_shown_as_text(viewer, redis_client, make_ingest):  # 
     now = time.time()
     for ts in (now - 3600, now - 1800, now):
         apply(ingest, node_sample("n1", ts, [(0, [held_by(XSS, XSS)], None, 80.0, H100)], interval=1800.0))
-    ingest.flush_rollups()
+    ingest.flush()
     ingest.emit(now)
     html = viewer.get("/usage/?since=2h").content.decode()
     assert XSS not in html

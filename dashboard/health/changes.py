@@ -1,6 +1,6 @@
 """Verdict changes waiting for the database: written by ingest's database stage, kept through an outage.
 
-Like the rollups (dashboard/live/rollups.py), a failed write changes nothing in
+Like the rollups (dashboard/rollups/accumulator.py), a failed write changes nothing in
 memory: the rows wait and go with the next write. They are bounded: past
 ``max_rows`` the oldest are dropped, logged and counted in ``lost``.
 """

@@ -1,16 +1,17 @@
-"""Ingest's core: telemetry streams -> cluster state -> one frame per tick, minute rollups; stages for the rest.
+"""Ingest's core: telemetry streams -> cluster state -> one frame per tick; stages for the rest.
 
 It reads every node's telemetry stream as one consumer of a Redis consumer
 group (dashboard/live/streams.py), keeps the newest sample per node in memory,
 and once per tick sends browsers one coalesced delta frame (never one message
-per sample) and rewrites the snapshot frame new browsers start from. It merges
-minute rollups (and the usage they carry) into the database every few seconds.
-Everything else that rides on it (node health, probes, idle allocations, alert
-evaluation, incidents, the overview's counters) is a stage, named in
-settings.GPULSE_INGEST_STAGES (dashboard/live/stages.py says when each hook runs).
+per sample) and rewrites the snapshot frame new browsers start from.
+Everything else that rides on it (minute rollups and usage, node health,
+probes, idle allocations, alert evaluation, incidents, the overview's counters)
+is a stage, named in settings.GPULSE_INGEST_STAGES (dashboard/live/stages.py
+says when each hook runs).
 
-Entries are acknowledged only once the rollups they feed are durable, and a
-database error never stops ingest: dashboard/live/rollups.py documents how.
+Entries are acknowledged once every stage says what they feed is durable
+(Stage.durable; the rollups' stage documents how nothing is lost or counted
+twice), and a database error never stops ingest (dashboard/live/outage.py).
 """
 
 import gc
@@ -29,12 +30,11 @@ from dashboard.live.frames import FrameBuilder
 from dashboard.live.identity import DUPLICATE, NEW, RESTART, TAKEOVER, TWIN, CollectorIdentity
 from dashboard.live.outage import DatabaseOutage
 from dashboard.live.recent import RecentWrites
-from dashboard.live.rollups import RollupAccumulator
 from dashboard.live.stages import Stage, load_stages, overriding
 from dashboard.live.state import ClusterState, NodeState
 from dashboard.live.streams import DISCOVER_EVERY, StreamReader, arrival_time
 from gpulse import schema
-from gpulse.keys import INGEST_GROUP, Keys
+from gpulse.keys import Keys
 from gpulse.ratelog import RateLimitedLog
 from gpulse.status import DEFAULT_MAX_CLOCK_SKEW, DOWN, UP, place
 from gpulse.usage import BUSY_SM_ACTIVITY, BUSY_UTIL
@@ -85,13 +85,9 @@ class Ingest(StreamReader):
         max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW,
         forget_nodes_after: float = DEFAULT_FORGET_NODES_AFTER,
         forget_consumers_after: float = DEFAULT_FORGET_CONSUMERS_AFTER,
-        flush_interval: float = 5.0,
-        usage_flush_interval: float = 60.0,
-        max_rollup_rows: int = 500_000,
         max_unacked: int = 200_000,
         busy_util: float = BUSY_UTIL,
         busy_sm_activity: float = BUSY_SM_ACTIVITY,
-        usage_accounting: bool = True,
         discover_every: float = DISCOVER_EVERY,
     ):
         """``stages``: dotted paths of Stage classes, or callables that make one from this ingest
@@ -104,14 +100,6 @@ class Ingest(StreamReader):
         self.forget_nodes_after = forget_nodes_after
         self.forget_consumers_after = forget_consumers_after
         self.frames = FrameBuilder(busy_util, busy_sm_activity)
-        self.rollups = RollupAccumulator(self.keys.telemetry_stream, INGEST_GROUP, max_rows=max_rollup_rows,
-                                         busy_util=busy_util, accounting=usage_accounting,
-                                         busy_sm_activity=busy_sm_activity)
-        self.usage_accounting = usage_accounting
-        self.flush_interval = flush_interval
-        self.next_flush = 0.0
-        self.usage_flush_interval = usage_flush_interval
-        self.next_usage_flush = 0.0
         self.database = DatabaseOutage()
         self.sampled: set[str] = set()
         self.recent = RecentWrites(self.keys)
@@ -125,12 +113,13 @@ class Ingest(StreamReader):
         self.processed = 0
         self.duplicates = 0  # samples sent twice (same boot and seq), dropped
         self.collector_restarts = 0
-        self.stage_failures = 0  # a tick's database work (a stage's, the rollups') that raised
+        self.stage_failures = 0  # a stage's database work that raised
         self.stage_errors = RateLimitedLog(log, limit=1)
         self.lags: list[float] = []
         # What a stage offers the stages after it, by name (dashboard/live/stages.py lists the names).
         self.board: dict[str, Any] = {}
         self.stages = load_stages(self, stages)
+        self.entry_stages = overriding(self.stages, "entry")
         self.sample_stages = overriding(self.stages, "sample")
         self.field_stages = overriding(self.stages, "node_fields")
 
@@ -139,7 +128,7 @@ class Ingest(StreamReader):
             stage.follow(names)
 
     def holding(self) -> float:
-        return self.flush_interval + (self.usage_flush_interval if self.usage_accounting else 0.0)
+        return max((stage.holding() for stage in self.stages), default=0.0)
 
     # -- reading -------------------------------------------------------------
 
@@ -180,12 +169,15 @@ class Ingest(StreamReader):
                      identity.restarts)
         self.processed += 1
         placed, skew = place(sample["ts"], arrived - held, self.state.max_skew)
-        # Usage and energy count the time the stream saw pass, never more than the sample's interval
-        # (dashboard.live.identity.CountedTime); the live view keeps the interval the node sent.
-        counted = identity.counted.seconds(min(placed, arrived - held), arrived, sample["interval"])
-        # A node whose clock is off has its minutes by when its samples were taken, not by its clock.
-        self.rollups.add({**sample, "interval": counted} if skew is None
-                         else {**sample, "ts": placed, "interval": counted}, entry_id)
+        if self.entry_stages:
+            # Usage and energy count the time the stream saw pass, never more than the sample's interval
+            # (dashboard.live.identity.CountedTime); the live view keeps the interval the node sent.
+            counted = identity.counted.seconds(min(placed, arrived - held), arrived, sample["interval"])
+            # A node whose clock is off has its minutes by when its samples were taken, not by its clock.
+            taken = ({**sample, "interval": counted} if skew is None
+                     else {**sample, "ts": placed, "interval": counted})
+            for stage in self.entry_stages:
+                stage.entry(taken, entry_id)
         if node is None:
             node = self.state.nodes[name] = NodeState(name, sample, arrived, placed, skew, identity=identity)
         else:
@@ -220,7 +212,6 @@ class Ingest(StreamReader):
         self.recent.forget(name)
         self.sampled.discard(name)
         self.frames.forget(name)
-        self.rollups.forget(name)
         # Its stream goes too: what it still holds was read long ago or is a week old.
         self.streams.pop(name, None)
         stream = self.keys.telemetry_stream(name)
@@ -312,7 +303,8 @@ class Ingest(StreamReader):
             stage.write_redis(pipe)
         pipe.set(self.keys.ingest_heartbeat, orjson.dumps(self.heartbeat(sent)), ex=60)
         pipe.execute()
-        self.rollups.fold_queued()
+        for stage in self.stages:
+            stage.after_frame()
         if self.database.ready(now):
             self.use_database(now)
         if self.sampled:
@@ -328,7 +320,8 @@ class Ingest(StreamReader):
         return fields
 
     def use_database(self, now: float) -> None:
-        """Each stage's database work, in order, then the rollups every flush_interval.
+        """Each stage's database work, in order; then the entries read so far are acknowledged if every
+        stage holds them durable.
 
         The database work must not stop the frames: a database error is an
         outage (retried with backoff, rows kept in memory); any other failure is
@@ -342,18 +335,11 @@ class Ingest(StreamReader):
                     raise
                 except Exception:
                     self.stage_failed(stage)
-            if now >= self.next_flush:
-                usage = now >= self.next_usage_flush
-                self.flush_rollups(usage=usage)
-                self.next_flush = now + self.flush_interval
-                if usage:
-                    self.next_usage_flush = now + self.usage_flush_interval
         except django.db.Error as exc:
             self.database.failed(exc, now)
-        except Exception:
-            self.stage_failed(self.rollups)
         else:
             self.database.recovered(now)
+            self.ack_durable()
 
     def stage_failed(self, stage: object) -> None:
         self.stage_failures += 1
@@ -362,24 +348,27 @@ class Ingest(StreamReader):
 
     # -- acknowledgement ------------------------------------------------------
 
-    def flush_rollups(self, usage: bool = True) -> int:
-        """Write the rollups of every entry read so far and, with ``usage``, their usage, then acknowledge
-        those entries once both are written; return rollup rows."""
-        written = self.rollups.write(usage=usage)
-        if usage or not self.usage_accounting:
+    def ack_durable(self) -> None:
+        """Acknowledge every entry read so far, once no stage holds one of them unwritten."""
+        if self.unacked and all(stage.durable() for stage in self.stages):
             ids, self.unacked = self.unacked, []
             # Should this XACK not reach Redis, the entries stay pending: re-read after
             # the reconnection, they are skipped by the checkpoints.
             self.ack(ids)
-        return written
+
+    def flush(self) -> None:
+        """Have every stage write all it holds now, then acknowledge what was read."""
+        for stage in self.stages:
+            stage.flush()
+        self.ack_durable()
 
     def finish(self) -> None:
         """Write and acknowledge what was read, before exit (SIGTERM, Ctrl-C)."""
         try:
-            self.flush_rollups()
+            self.flush()
         except (django.db.Error, redis.ConnectionError, redis.TimeoutError) as exc:
             # Nothing is lost: what was not acknowledged stays pending for the next ingest.
-            log.error("final rollup write or acknowledgement failed (%s)", exc)
+            log.error("final write or acknowledgement failed (%s)", exc)
 
     def heartbeat(self, now: float) -> dict:
         down = sum(1 for node in self.state.nodes.values() if node.status == DOWN)
@@ -402,13 +391,8 @@ class Ingest(StreamReader):
             "nodes_down": down,
             "nodes_clock_skew": sum(1 for node in self.state.nodes.values() if node.skew is not None),
             "database": self.database.describe(),
-            "rollups": {
-                "unacked": len(self.unacked),
-                "pending_rows": self.rollups.pending_rows(),
-                "lost_samples": self.rollups.lost_samples,
-                "lost_usage_samples": self.rollups.lost_usage_samples,
-                "exposed_entries": self.exposed,
-            },
+            # Entries read and not yet acknowledged (the rollups' stage adds what it holds).
+            "rollups": {"unacked": len(self.unacked), "exposed_entries": self.exposed},
         }
         for stage in self.stages:
             stage.heartbeat(beat)

@@ -1,7 +1,7 @@
 from django.db import models
 
 # GPU readings kept as minute rollups: (min, mean, max) of each, plus the (sum,
-# count) the mean comes from, so partial minutes merge (dashboard/live/rollups.py).
+# count) the mean comes from, so partial minutes merge (dashboard/rollups/accumulator.py).
 # The activity readings are ratios 0-1 as the sample has them (gpulse/schema.py ACTIVITY_METRICS);
 # a GPU that does not report them has count 0 and null min, mean and max, never 0.
 ROLLUP_METRICS = ("util", "temp", "power", "mem_used", "sm_active", "tensor_active", "dram_active")
@@ -91,7 +91,7 @@ class RollupCheckpoint(models.Model):
     usage_entry_seq = models.BigIntegerField()
 
 
-# Usage accounting (dashboard/live/usage.py): seconds and energy summed, so parts of a
+# Usage accounting (dashboard/rollups/usage.py): seconds and energy summed, so parts of a
 # minute or an hour merge by addition like the rollups. gpulse/usage.py says what the words mean.
 USAGE_SUMS = ("samples", "seconds", "allocated_seconds", "busy_seconds", "sm_activity_seconds", "energy_j")
 

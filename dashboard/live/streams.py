@@ -4,8 +4,8 @@ A stream is written only by its node's collector (its ACL user), so a sample
 read from ``telemetry:<name>`` is node <name>'s, and one naming another node is
 refused: who a sample is from comes from the credential that wrote it. New
 nodes' streams are found by SCAN (every DISCOVER_EVERY seconds). Entries are
-acknowledged only once the rollups they feed are durable (Ingest.flush_rollups):
-until then they are held here, bounded by ``max_unacked``.
+acknowledged only once what they feed is durable (Ingest.ack_durable, when every
+stage says so): until then they are held here, bounded by ``max_unacked``.
 """
 
 import logging
@@ -62,10 +62,10 @@ class StreamReader:
         self.streams: dict[str, str] = {}
         self.discover_every = discover_every
         self.last_discovery = -float("inf")  # time.monotonic() of the last SCAN
-        # (stream, entry id) read whose rollups or usage are not written yet
+        # (stream, entry id) read and not yet durable (a stage, the rollups, holds what they feed)
         self.unacked: list[tuple[str, bytes]] = []
         self.max_unacked = max_unacked
-        self.exposed = 0  # entries acknowledged before their rollups and usage were written (bound reached)
+        self.exposed = 0  # entries acknowledged before what they feed was written (bound reached)
         self.flooded: set[str] = set()  # nodes whose stream gave more than one entry in a read since the frame
         self.group_ready = False
         self.connected_before = False  # a later ensure_group() means Redis was away or restarted
@@ -239,7 +239,7 @@ class StreamReader:
                              dropped)
 
     def hold_acks(self, ids: list[tuple[str, bytes]]) -> None:
-        """Keep entry ids until the rollups and usage they feed are written (flush_rollups acknowledges them)."""
+        """Keep entry ids until what they feed is written (Ingest.ack_durable acknowledges them)."""
         self.unacked += ids
         excess = len(self.unacked) - self.max_unacked
         if excess > 0:

@@ -11,7 +11,7 @@ prices (dashboard/usage/prices.py): a corrected price corrects the past too.
   the two judged most of the allocated time ("sm_activity" or "utilization"; null without allocated time).
 - kWh: the GPUs' energy (by node: every GPU, allocated or not); energy cost = kWh × $/kWh.
 - MIG: a group's MIG instances are a row of their own per profile (``mig_profile``, "" for whole GPUs):
-  an instance counts its share of its GPU (dashboard/live/usage.py), so its GPU-hours, cost and kWh are
+  an instance counts its share of its GPU (dashboard/rollups/usage.py), so its GPU-hours, cost and kWh are
   that fraction of a whole GPU's.
 """
 

@@ -2,11 +2,13 @@
 in Redis for the usage page and, priced, in every frame's summary as ``idle_allocated`` (the overview's KPI).
 
 The usage rows themselves (seconds allocated and busy, energy) are not this
-stage's: they ride the rollups' transaction in ingest's core
-(dashboard/live/usage.py), so that they share its checkpoint.
+stage's: they ride the rollups' transaction (dashboard/rollups/usage.py), so
+that they share its checkpoint.
 """
 
 import time
+
+from django.conf import settings
 
 from dashboard.live.stages import Stage
 from dashboard.usage.idle import IdleAllocations
@@ -26,9 +28,9 @@ def idle_summary(idle_by_model: dict[str, float], price: Prices) -> dict:
 class IdleStage(Stage):
     def __init__(self, core):
         super().__init__(core)
-        # Ingest's one switch for usage (its rows ride the rollups). Off, the list stays empty (its first
+        # The one switch for usage (its rows ride the rollups). Off, the list stays empty (its first
         # write clears what an earlier ingest left) and the KPI shows a dash.
-        self.accounting = core.usage_accounting
+        self.accounting = settings.GPULSE_USAGE_ACCOUNTING
         self.idle = IdleAllocations()
         self.prices: Prices | None = None
         self.prices_read = 0.0  # time.monotonic()

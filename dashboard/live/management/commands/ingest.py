@@ -12,7 +12,7 @@ log = logging.getLogger("gpulse.ingest")
 
 
 class Command(BaseCommand):
-    help = "Consume the telemetry streams: live frames, minute rollups, and the stages in GPULSE_INGEST_STAGES."
+    help = "Consume the telemetry streams: live frames, and the stages in GPULSE_INGEST_STAGES (minute rollups, ...)."
 
     def add_arguments(self, parser):
         parser.add_argument("--tick", type=float, default=settings.GPULSE_TICK, help="seconds between frames")
@@ -34,13 +34,9 @@ class Command(BaseCommand):
             max_clock_skew=settings.GPULSE_MAX_CLOCK_SKEW,
             forget_nodes_after=settings.GPULSE_NODE_FORGET_AFTER,
             forget_consumers_after=settings.GPULSE_INGEST_CONSUMER_FORGET_AFTER,
-            flush_interval=settings.GPULSE_ROLLUP_FLUSH_INTERVAL,
-            usage_flush_interval=settings.GPULSE_USAGE_FLUSH_INTERVAL,
-            max_rollup_rows=settings.GPULSE_ROLLUP_MAX_ROWS,
             max_unacked=settings.GPULSE_INGEST_MAX_UNACKED,
             busy_util=settings.GPULSE_BUSY_UTIL,
             busy_sm_activity=settings.GPULSE_BUSY_SM_ACTIVITY,
-            usage_accounting=settings.GPULSE_USAGE_ACCOUNTING,
         )
         log.info("ingest %s reading %s every %.1f s", ingest.consumer, ingest.keys.telemetry_streams, tick)
         try:

@@ -1,6 +1,6 @@
 """Usage accounting: per GPU, minute and owner, the seconds allocated and busy and the energy.
 
-Samples reach it through RollupAccumulator (dashboard/live/rollups.py), in
+Samples reach it through RollupAccumulator (dashboard/rollups/accumulator.py), in
 stream order and only once, in the same per-GPU pass as the rollups, and its
 rows are written in the same transaction as the rollups and their checkpoint:
 the accounting inherits their guarantees (nothing lost across a crash, nothing

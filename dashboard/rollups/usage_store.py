@@ -3,7 +3,7 @@
 from django.db import connection
 
 from dashboard.live.models import USAGE_SUMS, ClusterUsage, GpuUsage, UsageHour
-from dashboard.live.rollup_store import merge
+from dashboard.rollups.rollup_store import merge
 
 GPU_KEY = ("node", "gpu", "minute", "user", "job", "pod", "mig_instance")
 HOUR_KEY = ("hour", "node", "model", "user", "job", "pod", "mig_profile")

@@ -41,9 +41,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from django.db import transaction
 
-from dashboard.live import rollup_store, usage_store
 from dashboard.live.models import ROLLUP_METRICS
-from dashboard.live.usage import SAMPLES, EnergyCounters, MigReadings, MinuteUsage, Who
+from dashboard.rollups import rollup_store, usage_store
+from dashboard.rollups.usage import SAMPLES, EnergyCounters, MigReadings, MinuteUsage, Who
 from gpulse.usage import BUSY_SM_ACTIVITY, BUSY_UTIL, owner
 
 log = logging.getLogger("gpulse.ingest")
@@ -123,7 +123,7 @@ class RollupAccumulator:
     """Gather samples into partial minutes; write() merges them into the database with the checkpoint.
 
     ``stream_of(node)`` and ``group`` name each node's checkpoint: its stream key and the consumer group. The
-    usage accounting (dashboard/live/usage.py) rides along: same samples, same
+    usage accounting (dashboard/rollups/usage.py) rides along: same samples, same
     per-GPU pass, same transactions. Its rows are written less often than the
     rollups (write(usage=False) keeps them): a GPU's usage row is a dozen numbers
     a minute that 8,000 GPUs would otherwise rewrite at every rollup write, most
