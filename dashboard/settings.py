@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from dashboard import production
 from dashboard.env import env_bool, env_float, env_int, env_list, env_str
+from gpulse.activity import SM_IDLE_FOR
 from gpulse.keys import DEFAULT_PREFIX, DEFAULT_REDIS_URL, Keys
 from gpulse.sweep_spec import DEFAULT_MAX_BYTES
 
@@ -228,6 +229,8 @@ GPULSE_USAGE_ACCOUNTING = env_bool("GPULSE_USAGE_ACCOUNTING", True)
 GPULSE_USAGE_FLUSH_INTERVAL = env_float("GPULSE_USAGE_FLUSH_INTERVAL", 60.0, minimum=0.1)
 GPULSE_BUSY_UTIL = env_float("GPULSE_BUSY_UTIL", 5.0, minimum=0.0, maximum=100.0)
 GPULSE_BUSY_SM_ACTIVITY = env_float("GPULSE_BUSY_SM_ACTIVITY", 10.0, minimum=0.0, maximum=100.0)
+# Seconds a GPU's samples must run kernels with its SMs idle before it is flagged "SM IDLE" (gpulse/activity.py).
+GPULSE_SM_IDLE_FOR = env_float("GPULSE_SM_IDLE_FOR", SM_IDLE_FOR, minimum=1.0)
 # Seconds a GPU must stay allocated and idle (same owner) before /usage/, its API and the overview's
 # KPI count it: a checkpoint's dip of a few seconds is not an idle allocation (dashboard/usage/idle.py).
 GPULSE_IDLE_MIN_SECONDS = env_float("GPULSE_IDLE_MIN_SECONDS", 600.0, minimum=0.0)

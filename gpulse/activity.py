@@ -2,13 +2,13 @@
 kernel running all the time reads 100 %; SM activity (GPM's SM_UTIL, DCGM_FI_PROF_SM_ACTIVE) is the share of
 the SMs that had warps. A GPU at or above SM_IDLE_UTIL utilization with SM activity below SM_IDLE_ACTIVITY
 runs kernels while its SMs are mostly idle: a stalled data loader, a job spinning on a barrier, a
-kernel-launch-bound loop. Ingest flags it once that has held SM_IDLE_FOR seconds
-(dashboard/activity/stage.py); an alert rule on gpu.sm_idle_busy with a `for` does the same.
+kernel-launch-bound loop. Ingest flags it once that has held GPULSE_SM_IDLE_FOR seconds (SM_IDLE_FOR
+by default; dashboard/activity/stage.py); an alert rule on gpu.sm_idle_busy with a `for` does the same.
 """
 
 SM_IDLE_UTIL = 90.0  # % utilization
 SM_IDLE_ACTIVITY = 0.20  # SM activity, a ratio as GPM and DCGM give it
-SM_IDLE_FOR = 60.0  # seconds
+SM_IDLE_FOR = 60.0  # seconds, the default of GPULSE_SM_IDLE_FOR
 
 
 def kernels_run_sms_idle(gpu: dict) -> bool | None:

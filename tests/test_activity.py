@@ -54,6 +54,21 @@ def test_a_gpu_is_flagged_after_a_minute_of_its_samples_and_unflagged_at_once(re
     assert step(start + 210, [0.05, 0.05]) == [FLAG_SM_IDLE, 0]
 
 
+def test_the_time_the_condition_must_hold_is_a_setting(redis_client, settings):
+    settings.GPULSE_SM_IDLE_FOR = 20
+    frames = []
+    ingest = Ingest(redis_client, lambda frame: frames.append(orjson.loads(frame)) or True, stages=[SmIdleStage])
+    start = time.time() - 100
+    flags = []
+    for second in (0, 10, 20):
+        node = sample("n1", gpus=1, ts=start + second, interval=10)
+        node["gpus"][0].update(util=97, sm_active=0.05)
+        ingest.apply(node, f"{int((start + second) * 1000)}-0".encode())
+        ingest.emit(start + second)
+        flags.append(frames[-1]["nodes"]["n1"]["gpus"][0][-1] & FLAG_SM_IDLE)
+    assert flags == [0, 0, FLAG_SM_IDLE]
+
+
 def test_activity_readings_are_exported_as_ratios(client, admin_user, redis_client):
     now, keys = time.time(), Keys()
     node = sample("act-1", gpus=2, ts=now, interval=60)

@@ -1,6 +1,7 @@
 """What an operator meets on the overview: keyboard focus that survives live frames,
 nodes whose clock is off, and nodes ingest forgets."""
 
+import contextlib
 import threading
 import time
 
@@ -73,20 +74,26 @@ class SkewedNode:
         self.thread.join()
 
 
-@pytest.fixture(scope="module")
-def small_system(tmp_path_factory):
-    """A system of its own (one simulated node) that forgets down nodes after a minute:
+@contextlib.contextmanager
+def small_stack(tmp_path_factory, **env: str):
+    """A system of its own (one simulated node) that forgets down nodes after a minute, with ``env`` set:
     the nodes these tests add must not show up in the shared system's pages."""
     stack = Stack(
         port=free_port(), state_dir=tmp_path_factory.mktemp("small-system"), sim_nodes=1, sim_gpus=2,
         interval=1.0, node_workers=False,
-        extra_env={"GPULSE_ADMIN_PASSWORD": ADMIN_PASSWORD, "GPULSE_NODE_FORGET_AFTER": str(FORGET_AFTER_S)},
+        extra_env={"GPULSE_ADMIN_PASSWORD": ADMIN_PASSWORD, "GPULSE_NODE_FORGET_AFTER": str(FORGET_AFTER_S), **env},
     )
     try:
         stack.start()
         yield stack
     finally:
         stack.stop()
+
+
+@pytest.fixture(scope="module")
+def small_system(tmp_path_factory):
+    with small_stack(tmp_path_factory) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,23 @@
 """"Kernels run, SMs idle" as an ingest stage: each GPU whose samples have met gpulse.activity's condition
-for SM_IDLE_FOR seconds in a row carries frames.FLAG_SM_IDLE, which the overview tags "SM IDLE".
+for GPULSE_SM_IDLE_FOR seconds in a row carries frames.FLAG_SM_IDLE, which the overview tags "SM IDLE".
 
 Time is the samples' own (where ingest placed them), so a burst of late samples counts what they
 cover, and a GPU whose SM activity is unknown is never flagged.
 """
 
 import orjson
+from django.conf import settings
 
 from dashboard.live.frames import FLAG_SM_IDLE
 from dashboard.live.stages import Stage
-from gpulse.activity import SM_IDLE_FOR, kernels_run_sms_idle
+from gpulse.activity import kernels_run_sms_idle
 from gpulse.status import DOWN
 
 
 class SmIdleStage(Stage):
     def __init__(self, core):
         super().__init__(core)
+        self.idle_for = settings.GPULSE_SM_IDLE_FOR
         self.since: dict[str, dict[int, float]] = {}  # node -> GPU index -> when its condition began
         self.flagged: dict[str, dict[int, int]] = {}  # node -> GPU index -> FLAG_SM_IDLE, the flagged ones only
 
@@ -23,7 +25,7 @@ class SmIdleStage(Stage):
         now, before = node.placed, self.since.get(node.name, {})
         since = {gpu["index"]: before.get(gpu["index"], now)
                  for gpu in node.sample["gpus"] if kernels_run_sms_idle(gpu)}
-        flagged = {index: FLAG_SM_IDLE for index, began in since.items() if now - began >= SM_IDLE_FOR}
+        flagged = {index: FLAG_SM_IDLE for index, began in since.items() if now - began >= self.idle_for}
         self._keep(node.name, since, flagged)
 
     def tick(self, now, changed):
