@@ -67,11 +67,25 @@ def test_the_load_test_drives_the_whole_pipeline_and_reports_sane_numbers():
     for rss in result["rss_mb"].values():  # start and end, for a soak to read whether memory grew
         assert 20 < rss["start"] <= rss["peak"] < 2000 and rss["end"] <= rss["peak"]
     assert 0 < result["redis_mb"] <= result["redis_mb_bound"]
-    assert result["frames_per_client"] >= 4  # about one delta per second for 5 s, at each client
+    assert result["frames_per_client_min"] >= 4  # about one delta per second for 5 s, at each client
+    assert result["clients_per_web_process"] == [3]
 
     # Everything it started (Redis, web, ingest, collectors) is gone with it.
     assert processes_marked(mark) == []
 
+
+
+@pytest.mark.timeout(90)
+def test_with_two_web_processes_behind_the_port_every_client_gets_every_frame():
+    """As docker-compose.yml runs web (WEB_CONCURRENCY=2): the clients are spread over both processes, and
+    the channel layer brings each one every frame. More clients than one user may open sockets
+    (GPULSE_WS_MAX_PER_USER, 20): the load test's clients are all its one user."""
+    result, _ = run_load_test("--nodes", str(NODES), "--duration", "5", "--clients", "30", "--warmup", "1",
+                              "--web-processes", "2")
+    assert result["web_processes"] == 2
+    per_process = result["clients_per_web_process"]
+    assert len(per_process) == 2 and sum(per_process) == 30, per_process
+    assert result["frames_per_client_min"] >= 4 and result["dropped"] == 0
 
 # A process that, after a moment, starts a child holding 200 MiB it has written to, as a node worker starts a
 # benchmark job's ranks.

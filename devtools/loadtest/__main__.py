@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                "loadtest-<hex>) instead of a SQLite file of the run's own")
     parser.add_argument("--browser", type=float, nargs="?", const=20.0, default=0.0, metavar="SECONDS",
                         help="after the window, time the overview page in headless Chromium (default 20 s)")
+    parser.add_argument("--web-processes", type=positive_int, default=1,
+                        help="web server processes behind the one port (uvicorn --workers, as WEB_CONCURRENCY in "
+                             "docker-compose.yml); the clients are spread over them and CPU is their sum (default 1)")
     parser.add_argument("--ws-compression", action="store_true",
                         help="run web with uvicorn's per-message deflate on (its default; gpulse turns it off)")
     parser.add_argument("--retention", type=non_negative_float, default=0.0, metavar="SECONDS",
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes=args.nodes, gpus_per_node=args.gpus_per_node, interval=args.interval, duration=args.duration,
         clients=args.clients, collectors=args.collectors, redis_url=args.redis_url,
         database_url=args.database_url, warmup=args.warmup,
-        browser_seconds=args.browser, ws_compression=args.ws_compression,
+        browser_seconds=args.browser, ws_compression=args.ws_compression, web_processes=args.web_processes,
         retention=args.retention, retention_hours=args.retention_hours,
     )
 

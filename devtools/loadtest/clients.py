@@ -170,10 +170,10 @@ class ClientFleet:
             seen.update((name, ts) for name, ts in pairs if window[0] <= ts < window[1])
         return len(seen)
 
-    def deltas_per_client(self, window: tuple[float, float]) -> float:
-        """Mean number of deltas with samples from ``window`` that each client received."""
+    def deltas_per_client(self, window: tuple[float, float]) -> list[int]:
+        """How many deltas with samples from ``window`` each client received."""
         framed = {seq for seq, delta in self.deltas.items() if len(_within(delta.ts, window))}
-        return sum(seq in framed for log in self.logs for seq, _ in log.arrivals) / self.count
+        return [sum(seq in framed for seq, _ in log.arrivals) for log in self.logs]
 
     def frame_sizes(self) -> list[int]:
         return [delta.size for delta in self.deltas.values()]

@@ -60,7 +60,8 @@ ROWS = (
         f"{m['start']:.0f} > {m['end']:.0f} MiB ({m['peak']:.0f})" for m in r["rss_mb"].values())),
     ("Redis used memory", lambda r: f"{r['redis_mb']:.0f} MiB now, about {r['redis_mb_bound']:.0f} MiB once the "
                                     f"node streams (MAXLEN {r['telemetry_maxlen']:,} each) and recent points are full"),
-    ("websocket clients", lambda r: f"{r['clients']}, {r['frames_per_client']:.1f} deltas each"),
+    ("websocket clients", lambda r: f"{r['clients']}, {r['frames_per_client']:.1f} deltas each (fewest "
+                                    f"{r['frames_per_client_min']}), per web process {r['clients_per_web_process']}"),
 )
 
 

@@ -34,6 +34,7 @@ class Options:
     warmup: float = 5.0
     browser_seconds: float = 0.0  # > 0: time the overview page in Chromium for this long after the window
     ws_compression: bool = False  # let uvicorn deflate each frame per client (its default; see system.py)
+    web_processes: int = 1  # uvicorn --workers: each browser is served by one of them
     retention: float = 0.0  # > 0: a retention pass this many seconds apart during the window (pruner.py)
     retention_hours: float = 1.0  # hours of minute rows per GPU past their retention, seeded first (seed.py)
 
@@ -55,7 +56,7 @@ def run(options: Options, say: Callable[[str], None] = lambda line: None) -> dic
     """Return the result (report.py's schema); every process started is stopped, whatever happens."""
     system = LoadSystem(options.nodes, options.gpus_per_node, options.interval, options.collectors,
                         options.redis_url, options.ws_compression, options.database_url,
-                        seed=seed_arguments(options))
+                        seed=seed_arguments(options), web_processes=options.web_processes)
     keep_logs = False
     try:
         say(f"starting Redis, web, ingest and {system.collectors} collector processes (state in {system.state_dir})")
@@ -112,6 +113,7 @@ async def measure(system: LoadSystem, session: str, options: Options, say: Calla
         if options.browser_seconds > 0:
             say(f"timing the overview page in Chromium for {options.browser_seconds:g} s")
             browser = await measure_overview(system.url, session, options.browser_seconds)
+        clients_per_web_process = system.clients_per_web_process()
         lost = fleet.disconnected()
         if lost:
             raise RuntimeError("websocket clients were disconnected: " + "; ".join(lost[:3]))
@@ -122,6 +124,7 @@ async def measure(system: LoadSystem, session: str, options: Options, say: Calla
     expected = options.nodes * periods
     received = fleet.samples_received(window)
     sizes = fleet.frame_sizes()
+    deltas = fleet.deltas_per_client(window)
     result = {
         "samples_per_s": round(received / (periods * interval), 1),
         "expected_samples_per_s": round(options.nodes / interval, 1),
@@ -140,7 +143,10 @@ async def measure(system: LoadSystem, session: str, options: Options, say: Calla
         "client_cpu_percent": round(meters["clients"].cpu_percent, 1),
         "collector_missed_ticks": system.collector_missed_ticks(),
         "clients": options.clients,
-        "frames_per_client": round(fleet.deltas_per_client(window), 1),
+        "web_processes": options.web_processes,
+        "clients_per_web_process": clients_per_web_process,
+        "frames_per_client": round(float(np.mean(deltas)), 1),
+        "frames_per_client_min": min(deltas),
         "collectors": system.collectors,
         "nodes": options.nodes,
         "gpus_per_node": options.gpus_per_node,

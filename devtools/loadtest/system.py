@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import orjson
+import psutil
 import redis
 
 from devtools.redis_server import EmbeddedRedis, free_port
@@ -42,6 +43,10 @@ def split(nodes: int, parts: int) -> list[int]:
     return [nodes // parts + (1 if k < nodes % parts else 0) for k in range(parts)]
 
 
+# The most websocket clients a run may open (they are all one user).
+MAX_CLIENTS = 10_000
+
+
 class LoadSystem:
     def __init__(
         self,
@@ -54,6 +59,7 @@ class LoadSystem:
         database_url: str | None = None,
         whole_demo: bool = False,
         seed: list[str] | None = None,
+        web_processes: int = 1,
     ):
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
@@ -65,6 +71,7 @@ class LoadSystem:
         if self.collectors > nodes:
             raise ValueError(f"{self.collectors} collectors cannot share {nodes} nodes")
         self.ws_compression = ws_compression
+        self.web_processes = web_processes
         self.state_dir = Path(tempfile.mkdtemp(prefix="gpulse-loadtest-"))
         self.password = secrets.token_urlsafe(16)
         # Its own user each run: a database given with --database-url may hold an earlier run's. The demo
@@ -74,7 +81,9 @@ class LoadSystem:
         self.prefix = None if redis_url is None else f"gpulse-loadtest-{secrets.token_hex(4)}:"
         self.keys = Keys(self.prefix)
         self.redis: EmbeddedRedis | None = None
-        extra_env = {"GPULSE_ADMIN_PASSWORD": self.password, "GPULSE_LOG_LEVEL": "WARNING"}
+        extra_env = {"GPULSE_ADMIN_PASSWORD": self.password, "GPULSE_LOG_LEVEL": "WARNING",
+                     # Every client is this one user: its cap on sockets (20) would refuse --clients 100.
+                     "GPULSE_WS_MAX_PER_USER": str(MAX_CLIENTS)}
         if self.prefix is not None:
             extra_env["GPULSE_REDIS_PREFIX"] = self.prefix
         self.stack = Stack(
@@ -92,14 +101,29 @@ class LoadSystem:
         return self.stack.redis_url
 
     def pids(self) -> dict[str, list[int]]:
-        """Return the pids of each role: ingest, web, collectors and (when it is ours) redis."""
+        """Return the pids of each role: ingest, web (with its worker processes), collectors and (when it is
+        ours) redis."""
         roles: dict[str, list[int]] = {}
         for name, process in self.stack.processes:
-            roles.setdefault(name.split("-")[0], []).append(process.pid)
+            children = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+            roles.setdefault(name.split("-")[0], []).extend([process.pid, *children])
         redis_server = self.redis or self.stack.redis
         if redis_server is not None and redis_server.process is not None:
             roles["redis"] = [redis_server.process.pid]
         return roles
+
+    def clients_per_web_process(self) -> list[int]:
+        """The open connections each web process serves (its workers', where it has several), most first."""
+        [web] = [process for name, process in self.stack.processes if name == "web"]
+        counts = []
+        for server in [psutil.Process(web.pid), *psutil.Process(web.pid).children()]:
+            statuses = [connection.status for connection in server.net_connections(kind="tcp")
+                        if connection.laddr.port == self.stack.port]
+            # A worker serves from the socket its supervisor listens on; any other child (multiprocessing's
+            # resource tracker) holds none of it, and a supervisor holds no client.
+            if psutil.CONN_LISTEN in statuses and (server.pid != web.pid or self.web_processes == 1):
+                counts.append(statuses.count(psutil.CONN_ESTABLISHED))
+        return sorted(counts, reverse=True)
 
     def start(self) -> "LoadSystem":
         if self.whole_demo:
@@ -128,7 +152,7 @@ class LoadSystem:
         self.stack.spawn(
             "web", "web", py, "-m", "uvicorn", "dashboard.asgi:application", "--host", "127.0.0.1",
             "--port", str(self.stack.port), "--lifespan", "off", "--no-access-log",
-            "--ws-per-message-deflate", deflate,
+            "--ws-per-message-deflate", deflate, "--workers", str(self.web_processes),
         )
         self.stack.spawn("ingest", "ingest", py, "manage.py", "ingest")
         self.stack.wait_for_web()
