@@ -23,7 +23,8 @@ ROW = """(name) => {
   const drawn = document.getElementById("heatmap").gpulseDrawn;
   const r = Array.from(document.querySelectorAll("#heatmap .heat-row-label"), label => label.textContent)
     .findIndex(t => t.startsWith(name));
-  return r < 0 ? null : {r: r, z: drawn.z[r], range: [drawn.zmin, drawn.zmax],
+  // null until the cells are drawn too: a new node's label can be on the page a frame before its row is.
+  return r < 0 || !drawn.z[r] ? null : {r: r, z: drawn.z[r], range: [drawn.zmin, drawn.zmax],
     min: document.getElementById("scale-min").textContent, max: document.getElementById("scale-max").textContent};
 }"""
 # The colours painted over a heatmap cell's top left quarter, 6 x 6 pixels apart (the hatch is stripes).
