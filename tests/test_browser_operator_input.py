@@ -195,7 +195,8 @@ def test_the_node_pages_alerts_fire_and_resolve_without_a_reload(admin_page, run
         cells = [cell.strip() for cell in row.locator("td").all_text_contents()]
         assert cells[:4] == [HOT_RULE, "firing", "0", "GPU temperature above 1 °C"], cells
         page.wait_for_selector("#gpu-table tbody tr.alerting")
-        assert page.locator("#gpu-table tbody tr.alerting td").first.text_content() == "0 ALERT"
+        # Its other tags come and go with the simulated job on it ("SM IDLE" once its loader stalls a minute).
+        assert page.locator("#gpu-table tbody tr.alerting td").first.text_content().split()[:2] == ["0", "ALERT"]
 
         manage_shell(running_system, f"Rule.objects.filter(name={HOT_RULE!r}).update(threshold=1000)")
         page.wait_for_selector("#node-alerts-none", timeout=30_000)
